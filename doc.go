@@ -1,0 +1,27 @@
+// Package redisguard is a drop-in go-redis v9 client that keeps one sick
+// Redis node from taking the whole service down with it.
+//
+// NewClient builds a go-redis standalone, Sentinel (failover) or Cluster
+// client from one Config and returns a *Client that satisfies
+// redis.UniversalClient. Code that used go-redis switches by changing the
+// constructor.
+//
+// Everything redisguard adds is wired in through go-redis's own extension
+// points, so go-redis keeps doing what it does well (pooling, redirects,
+// pipelining, failover discovery):
+//
+//   - An outer hook on the client refuses work after Close and translates
+//     go-redis's errors into a small documented set (see errors.go).
+//   - A hook on each node's client, installed through the per-node
+//     constructor (ClusterOptions.NewClient), holds that node's circuit
+//     breaker. Connection failures and timeouts open it; error replies are
+//     answers and do not. While it is open, commands for that node fail at
+//     once with ErrNodeUnavailable instead of queueing behind a dead socket.
+//   - In Cluster mode, the same node hook sees every CLUSTER SLOTS that
+//     go-redis sends and makes the slot-map refresh single-flight and
+//     rate-limited; an opening breaker triggers a refresh, so writes follow a
+//     promoted replica promptly.
+//
+// A Client owns no background goroutines of its own; go-redis's short-lived
+// reload goroutines finish on their own, and Close closes every pool.
+package redisguard

@@ -1,0 +1,64 @@
+package redisguard
+
+import (
+	"errors"
+	"strings"
+)
+
+// The sentinel errors below are what redisguard adds to go-redis's own error
+// set. Test for them with errors.Is; they survive wrapping.
+//
+// None of them looks retryable to go-redis: they are plain values with no
+// Timeout method, they are not net.Error, and they do not wrap
+// pool.ErrPoolTimeout. That matters because go-redis's cluster client retries
+// (and marks nodes failing on) anything that looks like a network fault; an
+// open breaker or an exhausted budget must end the command instead.
+var (
+	// ErrClosed is returned by every operation on a Client after Close.
+	ErrClosed = errors.New("redisguard: client is closed")
+
+	// ErrInvalidConfig is wrapped by every configuration error, whether from
+	// NewClient or from parsing a URL. The wrapping error names the field.
+	ErrInvalidConfig = errors.New("redisguard: invalid config")
+
+	// ErrNodeUnavailable means the node's circuit breaker is open: the node
+	// failed NodeFailureThreshold times in a row and has not yet passed a
+	// recovery probe. The command was not sent. It arrives wrapped in a
+	// *NodeError naming the node.
+	ErrNodeUnavailable = errors.New("redisguard: node unavailable")
+
+	// ErrPoolExhausted means no capacity (an ordinary connection, or a long
+	// permit for a blocking command or subscription) became free within
+	// PoolTimeout. The command was not sent. It is never retried and never
+	// counts against a node's breaker.
+	ErrPoolExhausted = errors.New("redisguard: pool exhausted")
+
+	// ErrClusterFailover means a slot's ownership is contested between nodes
+	// and did not converge within ClusterNodeTimeout, or the claimant with the
+	// highest configEpoch is unreachable.
+	ErrClusterFailover = errors.New("redisguard: cluster failover in progress")
+
+	// ErrSlotMapCorruption means the cluster's nodes agree on a slot's owner
+	// but the client still bounced between nodes: the client's own slot map
+	// was wrong. A refresh has been forced; retrying is reasonable.
+	ErrSlotMapCorruption = errors.New("redisguard: slot map corruption")
+)
+
+// NodeError is the one typed error: a failure attributable to one node. Err
+// is a sentinel above (ErrNodeUnavailable, ErrPoolExhausted) or the cause
+// from go-redis, so errors.Is(err, ErrNodeUnavailable) sees through it.
+type NodeError struct {
+	Addr string // host:port of the node
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	b.WriteString(" (node ")
+	b.WriteString(e.Addr)
+	b.WriteString(")")
+	return b.String()
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }

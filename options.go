@@ -1,0 +1,266 @@
+package redisguard
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Mode selects the go-redis client that NewClient builds.
+type Mode int
+
+const (
+	// ModeAuto picks the mode from the other fields: MasterName set means
+	// Sentinel, more than one address means Cluster, otherwise Standalone.
+	ModeAuto Mode = iota
+	// ModeStandalone talks to one server.
+	ModeStandalone
+	// ModeSentinel discovers the master of MasterName through the sentinels
+	// in Addrs and follows failovers.
+	ModeSentinel
+	// ModeCluster talks to a Redis Cluster; Addrs are seed nodes, and one is
+	// enough.
+	ModeCluster
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeStandalone:
+		return "standalone"
+	case ModeSentinel:
+		return "sentinel"
+	case ModeCluster:
+		return "cluster"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Defaults for the Config fields left at their zero value. They follow
+// go-redis where go-redis has an opinion, so that switching constructors does
+// not silently change timeouts.
+const (
+	DefaultDialTimeout          = 5 * time.Second
+	DefaultReadTimeout          = 3 * time.Second
+	DefaultNodeFailureThreshold = 5
+	DefaultNodeRecoveryTime     = 10 * time.Second
+	DefaultMaxRedirects         = 3
+	DefaultClusterNodeTimeout   = 15 * time.Second
+	DefaultHealthWriteTTL       = 5 * time.Second
+)
+
+// DefaultMaxConnections is the per-node ordinary connection budget when
+// MaxConnections is 0: ten per available CPU, as go-redis sizes its pools.
+func DefaultMaxConnections() int { return 10 * runtime.GOMAXPROCS(0) }
+
+// Config describes a guarded client. The zero value of every field is a
+// documented default, so Config{Addrs: []string{"localhost:6379"}} is a
+// complete configuration. NewClient copies the Config; changing it afterwards
+// has no effect.
+type Config struct {
+	// Mode selects standalone, Sentinel or Cluster.
+	// default: ModeAuto (see ModeAuto for the rule)
+	Mode Mode
+
+	// Addrs are the server (Standalone), sentinel (Sentinel) or seed node
+	// (Cluster) addresses, as host:port. Required.
+	Addrs []string
+
+	// MasterName is the Sentinel master name. Required for ModeSentinel;
+	// invalid with ModeCluster.
+	MasterName string
+
+	// Username and Password authenticate to Redis (ACL or requirepass).
+	// The password never appears in errors, logs, events or reports.
+	// default: none
+	Username, Password string
+
+	// SentinelUsername and SentinelPassword authenticate to the sentinels.
+	// default: none
+	SentinelUsername, SentinelPassword string
+
+	// DB is the database number. Must be 0 in Cluster mode.
+	// default: 0
+	DB int
+
+	// ClientName is sent with CLIENT SETNAME on every connection.
+	// default: none
+	ClientName string
+
+	// TLSConfig enables TLS when non-nil.
+	// default: plain TCP
+	TLSConfig *tls.Config
+
+	// DialTimeout bounds establishing a connection.
+	// default: DefaultDialTimeout (5s)
+	DialTimeout time.Duration
+
+	// ReadTimeout bounds waiting for a reply. Blocking commands get their own
+	// timeout plus this. A context deadline that comes sooner wins.
+	// default: DefaultReadTimeout (3s)
+	ReadTimeout time.Duration
+
+	// WriteTimeout bounds writing a command.
+	// default: ReadTimeout
+	WriteTimeout time.Duration
+
+	// MaxConnections is the ordinary connection budget per node.
+	// default: DefaultMaxConnections() (10 per CPU)
+	MaxConnections int
+
+	// MaxLongConnections is the budget for long operations (blocking calls,
+	// non-transactional batches with a blocking command, subscriptions and
+	// MONITOR), shared by all nodes. Long operations run on connections of
+	// their own, so they never take ordinary capacity.
+	// default: MaxConnections
+	MaxLongConnections int
+
+	// PoolTimeout is the longest wait for capacity, ordinary or long, before
+	// the call fails with ErrPoolExhausted.
+	// default: ReadTimeout + 1s (as go-redis)
+	PoolTimeout time.Duration
+
+	// NodeFailureThreshold is the number of consecutive connection failures
+	// or timeouts that open a node's circuit breaker. A negative value turns
+	// breakers off.
+	// default: DefaultNodeFailureThreshold (5)
+	NodeFailureThreshold int
+
+	// NodeRecoveryTime is how long a breaker stays open before one probe
+	// request is let through.
+	// default: DefaultNodeRecoveryTime (10s)
+	NodeRecoveryTime time.Duration
+
+	// MaxRedirects is the number of MOVED/ASK redirects (and retries) per
+	// command in Cluster mode.
+	// default: DefaultMaxRedirects (3, as go-redis)
+	MaxRedirects int
+
+	// ClusterNodeTimeout is the cluster's cluster-node-timeout. It bounds how
+	// long a command waits for contested slot ownership to converge.
+	// default: DefaultClusterNodeTimeout (15s)
+	ClusterNodeTimeout time.Duration
+
+	// HealthWriteTTL is the expiry of the key that Healthy and Check write
+	// when given a write key, so a probe never leaves data behind.
+	// default: DefaultHealthWriteTTL (5s)
+	HealthWriteTTL time.Duration
+
+	// Logger receives breaker transitions, refreshes and other decisions.
+	// default: nil, no logging
+	Logger *slog.Logger
+}
+
+// invalid builds a configuration error that names the offending field.
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// resolve validates cfg and returns a copy with every default filled in and
+// ModeAuto replaced by the concrete mode. It never panics and never echoes a
+// password.
+func (cfg Config) resolve() (Config, error) {
+	if len(cfg.Addrs) == 0 {
+		return cfg, invalid("Addrs", "is empty: need at least one host:port")
+	}
+	for i, a := range cfg.Addrs {
+		if strings.TrimSpace(a) == "" {
+			return cfg, invalid("Addrs", "[%d] is empty", i)
+		}
+	}
+	cfg.Addrs = append([]string(nil), cfg.Addrs...)
+
+	switch cfg.Mode {
+	case ModeAuto:
+		switch {
+		case cfg.MasterName != "":
+			cfg.Mode = ModeSentinel
+		case len(cfg.Addrs) > 1:
+			cfg.Mode = ModeCluster
+		default:
+			cfg.Mode = ModeStandalone
+		}
+	case ModeStandalone:
+		if len(cfg.Addrs) > 1 {
+			return cfg, invalid("Addrs", "has %d addresses; ModeStandalone takes exactly one", len(cfg.Addrs))
+		}
+	case ModeSentinel:
+		if cfg.MasterName == "" {
+			return cfg, invalid("MasterName", "is required with ModeSentinel")
+		}
+	case ModeCluster:
+		if cfg.MasterName != "" {
+			return cfg, invalid("MasterName", "is set but ModeCluster has no master name; use ModeSentinel")
+		}
+	default:
+		return cfg, invalid("Mode", "%d is not a known mode", int(cfg.Mode))
+	}
+	if cfg.Mode == ModeCluster && cfg.DB != 0 {
+		return cfg, invalid("DB", "is %d; Redis Cluster only has database 0", cfg.DB)
+	}
+
+	nonNegative := []struct {
+		name string
+		v    int64
+	}{
+		{"DB", int64(cfg.DB)},
+		{"DialTimeout", int64(cfg.DialTimeout)},
+		{"ReadTimeout", int64(cfg.ReadTimeout)},
+		{"WriteTimeout", int64(cfg.WriteTimeout)},
+		{"MaxConnections", int64(cfg.MaxConnections)},
+		{"MaxLongConnections", int64(cfg.MaxLongConnections)},
+		{"PoolTimeout", int64(cfg.PoolTimeout)},
+		{"NodeRecoveryTime", int64(cfg.NodeRecoveryTime)},
+		{"MaxRedirects", int64(cfg.MaxRedirects)},
+		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
+		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
+	}
+	for _, f := range nonNegative {
+		if f.v < 0 {
+			return cfg, invalid(f.name, "is negative (%d)", f.v)
+		}
+	}
+
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = cfg.ReadTimeout
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections()
+	}
+	if cfg.MaxLongConnections == 0 {
+		cfg.MaxLongConnections = cfg.MaxConnections
+	}
+	if cfg.PoolTimeout == 0 {
+		cfg.PoolTimeout = cfg.ReadTimeout + time.Second
+	}
+	if cfg.NodeFailureThreshold == 0 {
+		cfg.NodeFailureThreshold = DefaultNodeFailureThreshold
+	}
+	if cfg.NodeRecoveryTime == 0 {
+		cfg.NodeRecoveryTime = DefaultNodeRecoveryTime
+	}
+	if cfg.MaxRedirects == 0 {
+		cfg.MaxRedirects = DefaultMaxRedirects
+	}
+	if cfg.ClusterNodeTimeout == 0 {
+		cfg.ClusterNodeTimeout = DefaultClusterNodeTimeout
+	}
+	if cfg.HealthWriteTTL == 0 {
+		cfg.HealthWriteTTL = DefaultHealthWriteTTL
+	}
+	return cfg, nil
+}
+
+// breakersEnabled reports whether circuit breakers are on (the one documented
+// negative value: a negative threshold turns them off).
+func (cfg Config) breakersEnabled() bool { return cfg.NodeFailureThreshold >= 0 }

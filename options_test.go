@@ -1,0 +1,131 @@
+package redisguard
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInvalidConfig(t *testing.T) {
+	const secret = "s3cret-password"
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"no addresses", Config{}, "Addrs"},
+		{"empty address", Config{Addrs: []string{""}}, "Addrs"},
+		{"blank address among others", Config{Addrs: []string{"a:1", "  "}}, "Addrs"},
+		{"negative MaxConnections", Config{Addrs: []string{"a:1"}, MaxConnections: -1}, "MaxConnections"},
+		{"negative MaxLongConnections", Config{Addrs: []string{"a:1"}, MaxLongConnections: -3}, "MaxLongConnections"},
+		{"negative DialTimeout", Config{Addrs: []string{"a:1"}, DialTimeout: -time.Second}, "DialTimeout"},
+		{"negative ReadTimeout", Config{Addrs: []string{"a:1"}, ReadTimeout: -1}, "ReadTimeout"},
+		{"negative WriteTimeout", Config{Addrs: []string{"a:1"}, WriteTimeout: -1}, "WriteTimeout"},
+		{"negative PoolTimeout", Config{Addrs: []string{"a:1"}, PoolTimeout: -1}, "PoolTimeout"},
+		{"negative NodeRecoveryTime", Config{Addrs: []string{"a:1"}, NodeRecoveryTime: -1}, "NodeRecoveryTime"},
+		{"negative MaxRedirects", Config{Addrs: []string{"a:1"}, MaxRedirects: -1}, "MaxRedirects"},
+		{"negative ClusterNodeTimeout", Config{Addrs: []string{"a:1"}, ClusterNodeTimeout: -1}, "ClusterNodeTimeout"},
+		{"negative DB", Config{Addrs: []string{"a:1"}, DB: -1}, "DB"},
+		{"sentinel without master name", Config{Mode: ModeSentinel, Addrs: []string{"a:1"}}, "MasterName"},
+		{"master name with cluster", Config{Mode: ModeCluster, MasterName: "m", Addrs: []string{"a:1"}}, "MasterName"},
+		{"standalone with several addresses", Config{Mode: ModeStandalone, Addrs: []string{"a:1", "b:2"}}, "Addrs"},
+		{"cluster with a DB", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, DB: 2}, "DB"},
+		{"unknown mode", Config{Mode: Mode(42), Addrs: []string{"a:1"}}, "Mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Password = secret
+			tt.cfg.SentinelPassword = secret
+			c, err := NewClient(tt.cfg)
+			require.Error(t, err)
+			assert.Nil(t, c)
+			assert.True(t, errors.Is(err, ErrInvalidConfig), "error %q does not wrap ErrInvalidConfig", err)
+			assert.Contains(t, err.Error(), tt.field)
+			assert.NotContains(t, err.Error(), secret)
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := Config{Addrs: []string{"localhost:6379"}}.resolve()
+	require.NoError(t, err)
+	assert.Equal(t, ModeStandalone, cfg.Mode)
+	assert.Equal(t, DefaultDialTimeout, cfg.DialTimeout)
+	assert.Equal(t, DefaultReadTimeout, cfg.ReadTimeout)
+	assert.Equal(t, cfg.ReadTimeout, cfg.WriteTimeout)
+	assert.Equal(t, DefaultMaxConnections(), cfg.MaxConnections)
+	assert.Equal(t, cfg.MaxConnections, cfg.MaxLongConnections)
+	assert.Equal(t, cfg.ReadTimeout+time.Second, cfg.PoolTimeout)
+	assert.Equal(t, DefaultNodeFailureThreshold, cfg.NodeFailureThreshold)
+	assert.Equal(t, DefaultNodeRecoveryTime, cfg.NodeRecoveryTime)
+	assert.Equal(t, DefaultMaxRedirects, cfg.MaxRedirects)
+	assert.Equal(t, DefaultClusterNodeTimeout, cfg.ClusterNodeTimeout)
+	assert.True(t, cfg.breakersEnabled())
+
+	off, err := Config{Addrs: []string{"a:1"}, NodeFailureThreshold: -1}.resolve()
+	require.NoError(t, err, "a negative threshold is the documented way to turn breakers off")
+	assert.False(t, off.breakersEnabled())
+}
+
+func TestModeAuto(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		want Mode
+	}{
+		{Config{Addrs: []string{"a:1"}}, ModeStandalone},
+		{Config{Addrs: []string{"a:1", "b:2"}}, ModeCluster},
+		{Config{Addrs: []string{"a:1"}, MasterName: "m"}, ModeSentinel},
+		{Config{Addrs: []string{"a:1", "b:2", "c:3"}, MasterName: "m"}, ModeSentinel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want.String(), func(t *testing.T) {
+			cfg, err := tt.cfg.resolve()
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cfg.Mode)
+		})
+	}
+}
+
+func TestNewClientCopiesConfig(t *testing.T) {
+	addrs := []string{"localhost:1"}
+	c, err := NewClient(Config{Addrs: addrs})
+	require.NoError(t, err)
+	defer c.Close()
+	addrs[0] = "changed:2"
+	assert.Equal(t, "localhost:1", c.cfg.Addrs[0])
+}
+
+// NewClient must not dial: services build clients at init time, before the
+// server may be up, and go-redis's constructors are lazy too.
+func TestNewClientOpensNoSocket(t *testing.T) {
+	for _, mode := range []Mode{ModeStandalone, ModeCluster, ModeSentinel} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			cfg := Config{Mode: mode, Addrs: []string{ln.Addr().String()}}
+			if mode == ModeSentinel {
+				cfg.MasterName = "mymaster"
+			}
+			c, err := NewClient(cfg)
+			require.NoError(t, err)
+			require.NoError(t, ln.(*net.TCPListener).SetDeadline(time.Now().Add(200*time.Millisecond)))
+			conn, err := ln.Accept()
+			if err == nil {
+				conn.Close()
+				t.Fatal("NewClient dialled the server")
+			}
+			require.NoError(t, c.Close())
+		})
+	}
+}
+
+func TestModeString(t *testing.T) {
+	assert.Equal(t, "cluster", ModeCluster.String())
+	assert.True(t, strings.HasPrefix(Mode(9).String(), "Mode("))
+}
