@@ -1,0 +1,213 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+)
+
+// nodeSet owns one breaker per node address. The ordinary and the long
+// go-redis clients share it, so a node that is down for one is down for both.
+type nodeSet struct {
+	c *Client
+
+	mu    sync.Mutex
+	nodes map[string]*node // guarded by mu; entries are never removed
+}
+
+// node is what the hot path needs for one address; everything is fixed at
+// creation, so the hook reads it without locks.
+type node struct {
+	addr        string
+	br          *breaker.Breaker
+	unavailable error // the *NodeError returned while the breaker is open; shared, never mutated
+	exhausted   error // the *NodeError for a pool timeout on this node
+}
+
+func newNodeSet(c *Client) *nodeSet {
+	return &nodeSet{c: c, nodes: make(map[string]*node)}
+}
+
+// get returns the node for addr, creating its breaker on first use.
+func (s *nodeSet) get(addr string) *node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[addr]; ok {
+		return n
+	}
+	n := &node{
+		addr:        addr,
+		unavailable: &NodeError{Addr: addr, Err: ErrNodeUnavailable},
+		exhausted:   &NodeError{Addr: addr, Err: ErrPoolExhausted},
+	}
+	threshold := s.c.cfg.NodeFailureThreshold // negative disables: the breaker then always allows
+	n.br = breaker.New(breaker.Settings{
+		Threshold:     threshold,
+		RecoveryTime:  s.c.cfg.NodeRecoveryTime,
+		Clock:         s.c.clock,
+		OnStateChange: func(from, to breaker.State) { s.c.breakerChanged(n, from, to) },
+	})
+	s.nodes[addr] = n
+	return n
+}
+
+// all returns the nodes in no particular order.
+func (s *nodeSet) all() []*node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// guard returns the hook to install on the go-redis client for addr.
+func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{c: s.c, n: s.get(addr)} }
+
+// breakerChanged runs after every transition, outside the breaker's lock.
+func (c *Client) breakerChanged(n *node, from, to breaker.State) {
+	level := slogLevelFor(to)
+	c.log.Log(context.Background(), level, "redisguard: node breaker changed",
+		"node", n.addr, "from", from.String(), "to", to.String())
+	if to == breaker.Open && c.topo != nil {
+		// A dead master is usually about to be replaced by its replica; look
+		// for the new owner now rather than when some timer fires.
+		c.topo.trigger()
+	}
+}
+
+// nodeGuard is the hook installed on each node's go-redis client. It fails
+// fast while the node's breaker is open, feeds every outcome back to the
+// breaker, and keeps pool timeouts from looking like node faults.
+type nodeGuard struct {
+	c *Client
+	n *node
+}
+
+func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	c, n := g.c, g.n
+	guarded := func(ctx context.Context, cmd redis.Cmder) error {
+		t, err := n.br.Allow()
+		if err != nil {
+			return n.fastFail(c)
+		}
+		err = next(ctx, cmd)
+		n.br.Done(t, outcome(ctx, err))
+		return n.translate(err)
+	}
+	if c.topo == nil {
+		return guarded
+	}
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isClusterSlots(cmd) {
+			return c.topo.serve(ctx, cmd, guarded)
+		}
+		return guarded(ctx, cmd)
+	}
+}
+
+func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	c, n := g.c, g.n
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		t, err := n.br.Allow()
+		if err != nil {
+			err = n.fastFail(c)
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		err = next(ctx, cmds)
+		n.br.Done(t, outcome(ctx, err))
+		if err == nil {
+			return nil
+		}
+		for _, cmd := range cmds {
+			if cerr := cmd.Err(); cerr != nil {
+				cmd.SetErr(n.translate(cerr))
+			}
+		}
+		return n.translate(err)
+	}
+}
+
+// fastFail is what a command gets while the node's breaker is open.
+func (n *node) fastFail(c *Client) error {
+	if c.topo != nil {
+		c.topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
+	}
+	return n.unavailable
+}
+
+// translate turns go-redis's pool timeout into ErrPoolExhausted at the node
+// level, before the cluster client sees it: go-redis would otherwise retry it
+// and mark the node failing, which is the starvation spiral this library
+// exists to stop.
+func (n *node) translate(err error) error {
+	if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
+		return n.exhausted
+	}
+	return err
+}
+
+// outcome decides what a command's result says about the node.
+//
+// Only a node that cannot be reached or does not answer in time is failing.
+// Error replies (redis.Nil, WRONGTYPE, OOM, READONLY, MOVED...) are answers.
+// The caller's own cancellation or deadline says nothing about the node, nor
+// does a full pool. A connection reset by a healthy server (CLIENT KILL, an
+// idle timeout) is neutral too: go-redis retries it once on the same node,
+// and if the node is really gone that retry's dial fails and counts.
+func outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err == nil || err == redis.Nil:
+		return breaker.Success
+	case isRedisReply(err):
+		return breaker.Success
+	case contextDone(ctx) != nil:
+		return breaker.Neutral
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, ErrClosed), errors.Is(err, ErrPoolExhausted), errors.Is(err, ErrNodeUnavailable):
+		return breaker.Neutral
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return breaker.Failure
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return breaker.Failure
+	}
+	if isConnReset(err) {
+		return breaker.Neutral
+	}
+	return breaker.Failure
+}
+
+// isConnReset reports whether err is an established connection dropped by the
+// peer, as opposed to a peer that cannot be reached.
+func isConnReset(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// slogLevelFor picks the log level of a transition: opening is what an
+// operator must see; the rest is routine.
+func slogLevelFor(to breaker.State) slog.Level {
+	if to == breaker.Open {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}

@@ -1,0 +1,99 @@
+package redisguard
+
+import (
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// build assembles the go-redis client that Config describes, with poolSize
+// connections per node, and installs a nodeGuard on every node client: the
+// single server in Standalone, the failover client in Sentinel, and each node
+// client in Cluster through ClusterOptions.NewClient, go-redis's per-node
+// constructor. The ordinary and the long clients are both built here, so the
+// two cannot drift apart in anything but their pool size.
+func (c *Client) build(poolSize int) redis.UniversalClient {
+	cfg := c.cfg
+	switch cfg.Mode {
+	case ModeSentinel:
+		fo := &redis.FailoverOptions{
+			MasterName:       cfg.MasterName,
+			SentinelAddrs:    cfg.Addrs,
+			SentinelUsername: cfg.SentinelUsername,
+			SentinelPassword: cfg.SentinelPassword,
+			Username:         cfg.Username,
+			Password:         cfg.Password,
+			DB:               cfg.DB,
+			ClientName:       cfg.ClientName,
+			TLSConfig:        cfg.TLSConfig,
+			DialTimeout:      cfg.DialTimeout,
+			ReadTimeout:      cfg.ReadTimeout,
+			WriteTimeout:     cfg.WriteTimeout,
+			PoolSize:         poolSize,
+			PoolTimeout:      cfg.PoolTimeout,
+			// One retry: a connection reset by the server (CLIENT KILL,
+			// idle timeout) is retried once on the same master.
+			MaxRetries:            1,
+			ContextTimeoutEnabled: true,
+			PipelinePoolSize:      noPipelinePool,
+		}
+		cl := redis.NewFailoverClient(fo)
+		cl.AddHook(c.nodes.guard(sentinelNodeName(cfg.MasterName)))
+		return cl
+	case ModeCluster:
+		co := &redis.ClusterOptions{
+			Addrs:        cfg.Addrs,
+			Username:     cfg.Username,
+			Password:     cfg.Password,
+			ClientName:   cfg.ClientName,
+			TLSConfig:    cfg.TLSConfig,
+			DialTimeout:  cfg.DialTimeout,
+			ReadTimeout:  cfg.ReadTimeout,
+			WriteTimeout: cfg.WriteTimeout,
+			PoolSize:     poolSize,
+			PoolTimeout:  cfg.PoolTimeout,
+			MaxRedirects: cfg.MaxRedirects,
+			// MaxRetries stays 0: node clients do not retry; the cluster
+			// client's own loop retries a failed node once before moving on.
+			ContextTimeoutEnabled:    true,
+			PipelinePoolSize:         noPipelinePool,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			NewClient: func(opt *redis.Options) *redis.Client {
+				cl := redis.NewClient(opt)
+				cl.AddHook(c.nodes.guard(opt.Addr))
+				return cl
+			},
+		}
+		return redis.NewClusterClient(co)
+	default:
+		opt := &redis.Options{
+			Addr:                     cfg.Addrs[0],
+			Username:                 cfg.Username,
+			Password:                 cfg.Password,
+			DB:                       cfg.DB,
+			ClientName:               cfg.ClientName,
+			TLSConfig:                cfg.TLSConfig,
+			DialTimeout:              cfg.DialTimeout,
+			ReadTimeout:              cfg.ReadTimeout,
+			WriteTimeout:             cfg.WriteTimeout,
+			PoolSize:                 poolSize,
+			PoolTimeout:              cfg.PoolTimeout,
+			MaxRetries:               1, // see the Sentinel case
+			ContextTimeoutEnabled:    true,
+			PipelinePoolSize:         noPipelinePool,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		}
+		cl := redis.NewClient(opt)
+		cl.AddHook(c.nodes.guard(opt.Addr))
+		return cl
+	}
+}
+
+// noPipelinePool opts out of go-redis's dedicated pipeline pool, so that
+// pipelines share the node's ordinary pool and MaxConnections is the whole
+// per-node budget rather than MaxConnections plus a hidden ten.
+const noPipelinePool = -1
+
+// sentinelNodeName labels the breaker of a Sentinel-managed master. The
+// failover client re-resolves the master's address on every dial, so the
+// breaker follows the role, not an address.
+func sentinelNodeName(master string) string { return "sentinel-master:" + master }

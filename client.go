@@ -1,0 +1,186 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+// Client is a drop-in replacement for a go-redis client. It embeds the
+// go-redis client it built, so every command method, Pipeline, TxPipeline,
+// Watch, Do and Process behave as in go-redis; what changes is what happens
+// around them (see the package documentation).
+//
+// A Client is safe for concurrent use. Close it when done.
+type Client struct {
+	// UniversalClient is the ordinary go-redis client (standalone, failover
+	// or cluster), with redisguard's hooks installed. Calls made on it
+	// directly are guarded too.
+	redis.UniversalClient
+
+	cfg   Config // resolved: every default filled in
+	log   *slog.Logger
+	clock clock.Clock
+
+	nodes *nodeSet  // per-node breakers, shared by the ordinary and long clients
+	topo  *topology // cluster slot-map refresh; nil outside Cluster mode
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ redis.UniversalClient = (*Client)(nil)
+
+// NewClient checks cfg and builds the go-redis client it describes. It opens
+// no connection: the first command dials. To fail fast at start-up on an
+// unreachable server, Ping once:
+//
+//	if err := c.Ping(ctx).Err(); err != nil { ... }
+func NewClient(cfg Config) (*Client, error) {
+	return newClient(cfg, clock.Real())
+}
+
+// newClient is NewClient with an injected clock, for tests.
+func newClient(cfg Config, clk clock.Clock) (*Client, error) {
+	resolved, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: resolved, log: resolved.Logger, clock: clk}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.nodes = newNodeSet(c)
+	if resolved.Mode == ModeCluster {
+		c.topo = newTopology(c)
+	}
+	c.UniversalClient = c.build(resolved.MaxConnections)
+	c.UniversalClient.AddHook(facadeHook{c})
+	if c.topo != nil {
+		c.topo.attach(c.UniversalClient.(*redis.ClusterClient))
+	}
+	return c, nil
+}
+
+// Mode reports the mode the client runs in (never ModeAuto).
+func (c *Client) Mode() Mode { return c.cfg.Mode }
+
+// Close closes the client. It is terminal, idempotent and safe to call from
+// many goroutines. Calls in flight, blocking ones included, are cut short
+// because their connections are closed; every later call, including those on
+// retained Pipelines, Txs and PubSubs, fails with ErrClosed (or, for a
+// PubSub, with go-redis's closed error) and opens no socket.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.closeErr = c.UniversalClient.Close()
+		c.log.Debug("redisguard: client closed")
+	})
+	return c.closeErr
+}
+
+// facadeHook is the outermost hook: it refuses work after Close and
+// translates go-redis's errors into redisguard's. Per-node concerns
+// (breakers) live in nodeGuard, one level down.
+type facadeHook struct{ c *Client }
+
+func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.c.closed.Load() {
+			return nil, ErrClosed
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	c := h.c
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c.closed.Load() {
+			return ErrClosed
+		}
+		err := next(ctx, cmd)
+		if err == nil {
+			return nil
+		}
+		return c.translate(ctx, err)
+	}
+}
+
+func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	c := h.c
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if c.closed.Load() {
+			for _, cmd := range cmds {
+				cmd.SetErr(ErrClosed)
+			}
+			return ErrClosed
+		}
+		err := next(ctx, cmds)
+		if err == nil {
+			return nil
+		}
+		for _, cmd := range cmds {
+			if cerr := cmd.Err(); cerr != nil {
+				cmd.SetErr(c.translate(ctx, cerr))
+			}
+		}
+		return c.translate(ctx, err)
+	}
+}
+
+// translate maps what go-redis returns onto the documented error set. Redis
+// replies (including redis.Nil) pass through untouched: they are answers.
+func (c *Client) translate(ctx context.Context, err error) error {
+	if err == nil || err == redis.Nil || isRedisReply(err) {
+		return err
+	}
+	if c.closed.Load() || errors.Is(err, redis.ErrClosed) {
+		return ErrClosed
+	}
+	if ctxErr := contextDone(ctx); ctxErr != nil && !isGuardError(err) {
+		// The caller's own deadline or cancellation ended the call; go-redis
+		// reports it as an i/o timeout on the socket. Hand back ctx.Err()
+		// unchanged so callers can test it with ==.
+		return ctxErr
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return ErrPoolExhausted
+	}
+	return err
+}
+
+// contextDone returns ctx's error once it is done, and DeadlineExceeded as
+// soon as its deadline has passed: go-redis sets the socket deadline from the
+// context, and the socket can fire a hair before the context's own timer.
+func contextDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// isRedisReply reports whether err is an error reply from the server.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// isGuardError reports whether err is one of redisguard's own decisions,
+// which take precedence over a context that expired meanwhile.
+func isGuardError(err error) bool {
+	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) ||
+		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption)
+}
