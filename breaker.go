@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -98,6 +99,9 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c, n := g.c, g.n
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
+		if isHandshake(cmd) {
+			return next(ctx, cmd)
+		}
 		t, err := n.br.Allow()
 		if err != nil {
 			return n.fastFail(c)
@@ -111,6 +115,11 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isClusterSlots(cmd) {
+			if n.br.State() != breaker.Closed {
+				// Never spend a half-open node's single probe, or a full
+				// timeout, on a topology call: go-redis asks another node.
+				return n.unavailable
+			}
 			return c.topo.serve(ctx, cmd, guarded)
 		}
 		return guarded(ctx, cmd)
@@ -120,6 +129,9 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c, n := g.c, g.n
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && isHandshake(cmds[0]) {
+			return next(ctx, cmds)
+		}
 		t, err := n.br.Allow()
 		if err != nil {
 			err = n.fastFail(c)
@@ -140,6 +152,35 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		return n.translate(err)
 	}
+}
+
+// isHandshake reports whether cmd is one go-redis sends while initialising a
+// fresh connection (HELLO, AUTH, SELECT, CLIENT SETNAME/SETINFO, READONLY).
+// Those run through the node's hooks from inside the operation that dialled,
+// which already holds the breaker's ticket; gating them again would make a
+// half-open probe reject its own handshake and never close the breaker. A
+// user sending one of them by hand bypasses the breaker too, which is
+// harmless: they are cheap and rare.
+func isHandshake(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) == 0 {
+		return false
+	}
+	name, ok := args[0].(string)
+	if !ok {
+		return false
+	}
+	switch len(name) {
+	case 4:
+		return strings.EqualFold(name, "auth")
+	case 5:
+		return strings.EqualFold(name, "hello")
+	case 6:
+		return strings.EqualFold(name, "client") || strings.EqualFold(name, "select")
+	case 8:
+		return strings.EqualFold(name, "readonly")
+	}
+	return false
 }
 
 // fastFail is what a command gets while the node's breaker is open.

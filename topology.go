@@ -38,8 +38,10 @@ type topology struct {
 
 	mu       sync.Mutex
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
-	slots    []redis.ClusterSlot    // guarded by mu; last map fetched, read-only once stored
-	next     time.Time              // guarded by mu; earliest time for the next real fetch
+
+	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
+	nextFetch   atomic.Int64                        // unix ns before which CLUSTER SLOTS is answered from slots
+	nextTrigger atomic.Int64                        // unix ns before which trigger does not ask again
 
 	fetches  atomic.Uint64 // CLUSTER SLOTS calls sent to a server
 	failures atomic.Uint64 // of which failed
@@ -55,19 +57,23 @@ func (t *topology) attach(cc *redis.ClusterClient) {
 	t.mu.Unlock()
 }
 
-// due reports whether a real fetch is allowed now.
-func (t *topology) due(now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !now.Before(t.next)
-}
+// interval is the minimum spacing of real fetches, with jitter so that many
+// clients started together do not refresh in lockstep.
+func interval() time.Duration { return refreshMinInterval + rand.N(refreshJitter) }
 
-// trigger asks every attached client to reload its slot map, unless a fetch
-// happened within the minimum interval. It never blocks: go-redis reloads in
-// the background and callers keep the map they have.
+// trigger asks every attached client to reload its slot map, unless a
+// fetch happened within the interval. It never blocks: go-redis reloads in the
+// background and callers keep the map they have. Many goroutines call it at
+// once when a node fails (every fast-failed command does), so the checks are
+// atomic loads, and one compare-and-swap picks the single caller that acts.
 func (t *topology) trigger() {
-	if t.c.closed.Load() || !t.due(t.c.clock.Now()) {
-		return
+	now := t.c.clock.Now().UnixNano()
+	if now < t.nextFetch.Load() || t.c.closed.Load() {
+		return // a fresh map: the reload would be answered from it anyway
+	}
+	claim := t.nextTrigger.Load()
+	if now < claim || !t.nextTrigger.CompareAndSwap(claim, now+int64(interval())) {
+		return // another caller has just asked
 	}
 	t.mu.Lock()
 	clusters := append([]*redis.ClusterClient(nil), t.clusters...)
@@ -80,37 +86,29 @@ func (t *topology) trigger() {
 // force discards the rate limit and reloads: for when the map is known to be
 // wrong.
 func (t *topology) force() {
-	t.mu.Lock()
-	t.next = time.Time{}
-	t.mu.Unlock()
+	t.nextFetch.Store(0)
+	t.nextTrigger.Store(0)
 	t.trigger()
 }
 
 // serve answers a CLUSTER SLOTS that go-redis is about to send through a
 // node's guarded hook: from the last map while it is fresh, otherwise with
-// one shared fetch.
+// one fetch shared by every concurrent caller.
 func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.ProcessHook) error {
 	sc, ok := cmd.(*redis.ClusterSlotsCmd)
 	if !ok {
 		return send(ctx, cmd)
 	}
-	now := t.c.clock.Now()
-	t.mu.Lock()
-	if t.slots != nil && now.Before(t.next) {
-		sc.SetVal(t.slots)
-		t.mu.Unlock()
+	if cached := t.slots.Load(); cached != nil && t.c.clock.Now().UnixNano() < t.nextFetch.Load() {
+		sc.SetVal(*cached)
 		return nil
 	}
-	t.mu.Unlock()
-
 	v, err, shared := t.sf.Do("slots", func() (any, error) {
 		start := time.Now()
-		t.mu.Lock()
-		t.next = t.c.clock.Now().Add(refreshMinInterval + rand.N(refreshJitter))
-		t.mu.Unlock()
+		t.nextFetch.Store(t.c.clock.Now().Add(interval()).UnixNano())
 		err := send(ctx, sc)
 		if isGuardError(err) {
-			return nil, err // breaker open: nothing was sent
+			return nil, err // breaker open: nothing was sent; go-redis tries another node
 		}
 		t.fetches.Add(1)
 		t.lastDur.Store(int64(time.Since(start)))
@@ -120,9 +118,7 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 			return nil, err
 		}
 		slots := sc.Val()
-		t.mu.Lock()
-		t.slots = slots
-		t.mu.Unlock()
+		t.slots.Store(&slots)
 		t.c.log.Debug("redisguard: topology refreshed", "duration", time.Since(start), "ranges", len(slots))
 		return slots, nil
 	})
@@ -131,6 +127,15 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	}
 	if shared {
 		sc.SetVal(v.([]redis.ClusterSlot))
+	}
+	return nil
+}
+
+// lastSlots returns the last slot map fetched, or nil before the first.
+// The slice is shared and must not be modified.
+func (t *topology) lastSlots() []redis.ClusterSlot {
+	if p := t.slots.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
