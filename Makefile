@@ -4,13 +4,21 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: test bench lint demo
+.PHONY: test bench scenarios lint demo
 
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+# Benchmarks of both clients side by side (they skip without redis-server),
+# then the interleaved healthy-path ratio check against go-redis alone.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^TestHealthyPathRatio$$' .
+
+# The fault scenarios at full length, without -race, with the issues' strict
+# targets; the README's figures come from here.
+scenarios:
+	REDISGUARD_SCENARIO=full $(GO) test -count=1 -v -timeout 30m -run 'Scenario' .
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,211 @@
+package redisguard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// Healthy-path benchmarks: the same server, the same workload, go-redis
+// alone and redisguard side by side. `make bench` runs them; they skip
+// without redis-server.
+
+// benchTarget is one server set-up and the two clients built for it.
+type benchTarget struct {
+	name    string
+	stock   redis.UniversalClient
+	guarded *Client
+}
+
+// sides returns the two clients of a target in a fixed order, stock first.
+func (t benchTarget) sides() []struct {
+	name string
+	c    redis.UniversalClient
+} {
+	return []struct {
+		name string
+		c    redis.UniversalClient
+	}{{"go-redis", t.stock}, {"redisguard", t.guarded}}
+}
+
+func BenchmarkGet(b *testing.B) {
+	for _, t := range benchTargets(b) {
+		for _, s := range t.sides() {
+			b.Run(t.name+"/"+s.name, func(b *testing.B) { parallelOp(b, s.c, getOp) })
+		}
+	}
+}
+
+func BenchmarkSet(b *testing.B) {
+	for _, t := range benchTargets(b) {
+		for _, s := range t.sides() {
+			b.Run(t.name+"/"+s.name, func(b *testing.B) { parallelOp(b, s.c, setOp) })
+		}
+	}
+}
+
+func BenchmarkPipeline100(b *testing.B) {
+	for _, t := range benchTargets(b) {
+		for _, s := range t.sides() {
+			b.Run(t.name+"/"+s.name, func(b *testing.B) { parallelOp(b, s.c, pipelineOp) })
+		}
+	}
+}
+
+func getOp(ctx context.Context, c redis.UniversalClient) error { return c.Get(ctx, "bench:key").Err() }
+func setOp(ctx context.Context, c redis.UniversalClient) error {
+	return c.Set(ctx, "bench:key", "value", 0).Err()
+}
+func pipelineOp(ctx context.Context, c redis.UniversalClient) error {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 100 {
+			p.Get(ctx, "bench:pipe:"+strconv.Itoa(i%10))
+		}
+		return nil
+	})
+	if err == redis.Nil {
+		return nil
+	}
+	return err
+}
+
+func parallelOp(b *testing.B, c redis.UniversalClient, op func(context.Context, redis.UniversalClient) error) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := op(ctx, c); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// TestHealthyPathRatio measures redisguard's GET and SET throughput against
+// go-redis alone on the same server. The machine is shared and noisy, so it
+// interleaves short runs of each and takes the median of the pairwise
+// ratios. It runs only under `make bench` (REDISGUARD_BENCH=1): a timed
+// assertion has no place in the ordinary suite.
+func TestHealthyPathRatio(t *testing.T) {
+	if os.Getenv("REDISGUARD_BENCH") != "1" {
+		t.Skip("set REDISGUARD_BENCH=1 (make bench) to measure throughput ratios")
+	}
+	const pairs = 15
+	var rows [][]string
+	for _, target := range benchTargets(t) {
+		for _, w := range []struct {
+			name string
+			op   func(context.Context, redis.UniversalClient) error
+		}{{"GET", getOp}, {"SET", setOp}, {"pipeline of 100", pipelineOp}} {
+			var ratios []float64
+			var stockNs, guardNs []float64
+			for i := range pairs {
+				first, second := target.stock, redis.UniversalClient(target.guarded)
+				if i%2 == 1 { // alternate which goes first, so drift favours neither
+					first, second = second, first
+				}
+				r1 := testing.Benchmark(func(b *testing.B) { parallelOp(b, first, w.op) })
+				r2 := testing.Benchmark(func(b *testing.B) { parallelOp(b, second, w.op) })
+				s, g := float64(r1.NsPerOp()), float64(r2.NsPerOp())
+				if i%2 == 1 {
+					s, g = g, s
+				}
+				stockNs, guardNs = append(stockNs, s), append(guardNs, g)
+				ratios = append(ratios, s/g) // throughput ratio redisguard/go-redis
+			}
+			rows = append(rows, []string{target.name, w.name,
+				fmt.Sprintf("%.0f ns/op", median(stockNs)), fmt.Sprintf("%.0f ns/op", median(guardNs)),
+				fmt.Sprintf("%.3f", median(ratios)), fmt.Sprintf("%.3f-%.3f", slices.Min(ratios), slices.Max(ratios))})
+			if median(ratios) < 0.98 {
+				t.Errorf("%s %s: median throughput ratio %.3f < 0.98", target.name, w.name, median(ratios))
+			}
+		}
+	}
+	table(t, fmt.Sprintf("healthy path, %d interleaved pairs, parallel clients (GOMAXPROCS %d)", pairs, runtime.GOMAXPROCS(0)),
+		[]string{"topology", "workload", "go-redis", "redisguard", "median ratio", "range"}, rows...)
+}
+
+// benchTargets starts a standalone server and a 3-master cluster and builds
+// both clients for each; everything is closed when tb ends.
+func benchTargets(t testing.TB) []benchTarget {
+	var out []benchTarget
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	for _, x := range []struct {
+		name  string
+		stock redis.UniversalClient
+		cfg   Config
+	}{
+		{"standalone", redis.NewClient(&redis.Options{Addr: srv.Addr}), Config{Addrs: []string{srv.Addr}}},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}), Config{Mode: ModeCluster, Addrs: cl.Addrs()}},
+	} {
+		g := newTestClient(t, x.cfg)
+		t.Cleanup(func() { _ = x.stock.Close() })
+		ctx := testCtx(t, 10*time.Second)
+		for _, c := range []redis.UniversalClient{x.stock, g} {
+			require.NoError(t, c.Set(ctx, "bench:key", "value", 0).Err())
+		}
+		out = append(out, benchTarget{x.name, x.stock, g})
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestGetAllocatesNoMoreThanGoRedis is the ordinary suite's guard on the hot
+// path: an ordinary GET through redisguard may not allocate more than the
+// same GET through go-redis alone, configured the same way (so that what is
+// compared is redisguard's hooks, not go-redis options). miniredis serves
+// both; it runs in-process, so its allocations are counted too, equally for
+// both, and the averages are compared rather than testing.AllocsPerRun's
+// floored integers.
+func TestGetAllocatesNoMoreThanGoRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mr.Set("k", "v")
+	g := newTestClient(t, Config{Addrs: []string{mr.Addr()}})
+	stockOpt := *g.UniversalClient.(*redis.Client).Options()
+	stock := redis.NewClient(&stockOpt) // the same options, without redisguard's hooks
+	defer stock.Close()
+	ctx := context.Background()
+	for _, c := range []redis.UniversalClient{stock, g} {
+		require.NoError(t, c.Get(ctx, "k").Err()) // warm the pool
+	}
+	const runs = 2000
+	perGet := func(c redis.UniversalClient) float64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range runs {
+			_ = c.Get(ctx, "k").Err()
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.Mallocs-before.Mallocs) / runs
+	}
+	stockAllocs, guardAllocs := perGet(stock), perGet(g)
+	t.Logf("allocations per GET: go-redis %.2f, redisguard %.2f", stockAllocs, guardAllocs)
+	// A structural extra allocation shows as +1; anything under half of one
+	// is background noise (go-redis's connection health checks, the GC).
+	if guardAllocs > stockAllocs+0.5 {
+		t.Fatalf("redisguard allocates %.2f per GET, go-redis %.2f", guardAllocs, stockAllocs)
+	}
+}
