@@ -26,6 +26,7 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 			ClientName:       cfg.ClientName,
 			TLSConfig:        cfg.TLSConfig,
 			DialTimeout:      cfg.DialTimeout,
+			DialerRetries:    dialAttempts,
 			ReadTimeout:      cfg.ReadTimeout,
 			WriteTimeout:     cfg.WriteTimeout,
 			PoolSize:         poolSize,
@@ -41,17 +42,18 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 		return cl
 	case ModeCluster:
 		co := &redis.ClusterOptions{
-			Addrs:        cfg.Addrs,
-			Username:     cfg.Username,
-			Password:     cfg.Password,
-			ClientName:   cfg.ClientName,
-			TLSConfig:    cfg.TLSConfig,
-			DialTimeout:  cfg.DialTimeout,
-			ReadTimeout:  cfg.ReadTimeout,
-			WriteTimeout: cfg.WriteTimeout,
-			PoolSize:     poolSize,
-			PoolTimeout:  cfg.PoolTimeout,
-			MaxRedirects: cfg.MaxRedirects,
+			Addrs:         cfg.Addrs,
+			Username:      cfg.Username,
+			Password:      cfg.Password,
+			ClientName:    cfg.ClientName,
+			TLSConfig:     cfg.TLSConfig,
+			DialTimeout:   cfg.DialTimeout,
+			DialerRetries: dialAttempts,
+			ReadTimeout:   cfg.ReadTimeout,
+			WriteTimeout:  cfg.WriteTimeout,
+			PoolSize:      poolSize,
+			PoolTimeout:   cfg.PoolTimeout,
+			MaxRedirects:  cfg.MaxRedirects,
 			// MaxRetries stays 0: node clients do not retry; the cluster
 			// client's own loop retries a failed node once before moving on.
 			ContextTimeoutEnabled:    true,
@@ -73,6 +75,7 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 			ClientName:               cfg.ClientName,
 			TLSConfig:                cfg.TLSConfig,
 			DialTimeout:              cfg.DialTimeout,
+			DialerRetries:            dialAttempts,
 			ReadTimeout:              cfg.ReadTimeout,
 			WriteTimeout:             cfg.WriteTimeout,
 			PoolSize:                 poolSize,
@@ -87,6 +90,13 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 		return cl
 	}
 }
+
+// dialAttempts makes each dial a single attempt. go-redis v9.23 otherwise
+// tries five times, 100ms apart, each with the full DialTimeout: a host that
+// drops SYNs would hold a caller for five dial timeouts before its breaker
+// even hears of one failure. Transient faults are covered by the one command
+// retry; persistent ones are the breaker's job.
+const dialAttempts = 1
 
 // noPipelinePool opts out of go-redis's dedicated pipeline pool, so that
 // pipelines share the node's ordinary pool and MaxConnections is the whole

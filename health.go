@@ -1,0 +1,395 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+)
+
+// CheckOptions says what Check exercises. The zero value sends only a PING.
+type CheckOptions struct {
+	// WriteKey, when set, makes the check write it:
+	// SET WriteKey <token> PX HealthWriteTTL, where the token says when
+	// redisguard wrote it. Choose a key that nobody would take for data and
+	// that no other service writes, e.g. "redisguard:health:<service>"; it
+	// expires on its own after HealthWriteTTL. In Cluster mode the write
+	// proves only the slot the key hashes to.
+	// default: "" (no write)
+	WriteKey string
+}
+
+// Report is the outcome of Check: the verdict, each step with its latency
+// and error, and every node's breaker. It marshals to JSON for readiness
+// handlers and logs, and never contains a password.
+type Report struct {
+	// Healthy is true when every step that applies succeeded.
+	Healthy bool   `json:"healthy"`
+	Mode    string `json:"mode"` // "standalone", "sentinel" or "cluster"
+
+	// CheckedAt is when the check started, read from the client's clock.
+	CheckedAt time.Time `json:"checked_at"`
+	// Duration is how long the whole check took.
+	Duration time.Duration `json:"duration_ns"`
+
+	// The steps, in the order they run. Ping is always present;
+	// ClusterState (CLUSTER INFO reports cluster_state:ok) and Breakers (no
+	// master's breaker is open) in Cluster mode; Write when
+	// CheckOptions.WriteKey was set.
+	Ping         *StepResult `json:"ping"`
+	ClusterState *StepResult `json:"cluster_state,omitempty"`
+	Write        *StepResult `json:"write,omitempty"`
+	Breakers     *StepResult `json:"breakers,omitempty"`
+
+	// Nodes is the breaker of every node the client has talked to, sorted by
+	// address, as in Stats.
+	Nodes []NodeStats `json:"nodes"`
+}
+
+// StepResult is one step of a check.
+type StepResult struct {
+	OK bool `json:"ok"`
+	// Skipped means the step was not attempted because an earlier one failed.
+	Skipped bool `json:"skipped,omitempty"`
+	// Node is where the step was sent: an address, or for Sentinel the
+	// master's breaker name ("sentinel-master:<name>").
+	Node    string        `json:"node,omitempty"`
+	Latency time.Duration `json:"latency_ns"`
+	// Error is the failure, with any configured password removed.
+	Error string `json:"error,omitempty"`
+}
+
+// Healthy reports whether the client can do its work now. With an empty
+// writeKey it sends one PING; otherwise a PING and then
+// SET writeKey <token> PX HealthWriteTTL. In Cluster mode it also requires
+// cluster_state:ok and no open master breaker (see Check for exactly what
+// each mode checks). Pass a key that nobody would take for data, such as
+// "redisguard:health:<service>".
+//
+// Any error gives false: a connection error or timeout, an OOM or READONLY
+// reply, an open breaker, a closed client, a cancelled context. Healthy never
+// panics, never retries, and is bounded by ctx and the client's timeouts.
+func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
+	return c.Check(ctx, CheckOptions{WriteKey: writeKey}).Healthy
+}
+
+// Check is the detailed form of Healthy: it runs the same steps and reports
+// each one. A readiness check has to exercise the operation the service
+// depends on: a full server (maxmemory with noeviction) and a read-only
+// replica both answer PING while rejecting every write, so with a write key
+// the check also writes. What each mode checks:
+//
+//   - Standalone: PING the server; with a write key, SET it there.
+//   - Sentinel: PING the current master, as resolved through the sentinels;
+//     with a write key, SET it there.
+//   - Cluster: PING the master that owns the write key's slot (without a
+//     write key, the master of a random slot); read CLUSTER INFO from that
+//     same node and require cluster_state:ok; with a write key, SET it
+//     there; and require that no master in the last slot map has an open
+//     breaker. The write proves only the slot the key hashes to;
+//     cluster_state:ok says the cluster serves every slot, and the breakers
+//     say whether this client can reach every master. A MOVED reply (a stale
+//     slot map) fails the check and refreshes the map for the next one.
+//
+// Each network step is one round trip and is never retried (see oneShot).
+// After a failed step the remaining network steps are skipped, so a sick
+// server costs a check at most one timeout. Check returns at once on a
+// closed client or a done ctx, and otherwise is bounded by ctx and the
+// client's dial, read and write timeouts.
+func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
+	start := time.Now()
+	rep = Report{Mode: c.cfg.Mode.String(), CheckedAt: c.clock.Now()}
+	defer func() {
+		// A readiness endpoint and an exec probe must answer; a panic in
+		// go-redis or in someone's hook is reported as a failed check rather
+		// than taking the caller down with it.
+		if p := recover(); p != nil {
+			rep.Ping = &StepResult{Error: c.redact(fmt.Sprintf("panic during health check: %v", p))}
+		}
+		rep.Healthy = rep.verdict()
+		rep.Duration = time.Since(start)
+		rep.Nodes = c.Stats().Nodes
+	}()
+
+	var err error
+	switch {
+	case ctx == nil:
+		err = errors.New("redisguard: nil context")
+	case c.closed.Load():
+		err = ErrClosed
+	default:
+		err = ctx.Err()
+	}
+	if err != nil {
+		rep.Ping = &StepResult{Error: c.redact(err.Error())}
+		rep.skipRest(opts, c.cfg.Mode)
+		return rep
+	}
+
+	if c.cfg.Mode == ModeCluster {
+		c.checkCluster(ctx, opts, &rep)
+		return rep
+	}
+	node := c.cfg.Addrs[0]
+	if c.cfg.Mode == ModeSentinel {
+		node = sentinelNodeName(c.cfg.MasterName)
+	}
+	// The facade: closed-client refusal, error translation and the node's
+	// breaker all apply, as for any command.
+	send := c.UniversalClient.Process
+	rep.Ping = c.step(ctx, node, send, "ping")
+	if opts.WriteKey != "" {
+		if rep.Ping.OK {
+			rep.Write = c.step(ctx, node, send, c.writeArgs(opts.WriteKey)...)
+		} else {
+			rep.Write = &StepResult{Skipped: true}
+		}
+	}
+	return rep
+}
+
+// checkCluster runs the Cluster steps. They go to one node client directly,
+// obtained from go-redis's slot map, rather than through the cluster client,
+// for three reasons: go-redis routes PING to every shard (its command tips
+// say all_shards), which would make one check cost a round trip per master;
+// the cluster client's loop retries a READONLY reply after a backoff sleep
+// even for a command marked NoRetry; and the report can then say exactly
+// which node answered. Node clients carry the node's breaker hook, so an
+// open breaker still fails the step at once and the outcome still feeds the
+// breaker.
+func (c *Client) checkCluster(ctx context.Context, opts CheckOptions, rep *Report) {
+	cc := c.UniversalClient.(*redis.ClusterClient)
+	// An empty key hashes to a random slot in go-redis, so checks without a
+	// write key spread over the masters.
+	target, err := cc.MasterForKey(ctx, opts.WriteKey)
+	if err != nil {
+		rep.Ping = &StepResult{Error: c.redact(c.translate(ctx, err).Error())}
+	} else {
+		// CLUSTER INFO before the write: a cluster that is down refuses the
+		// write anyway (CLUSTERDOWN), and cluster_state names the cause.
+		node := target.Options().Addr
+		send := target.Process
+		rep.Ping = c.step(ctx, node, send, "ping")
+		if rep.Ping.OK {
+			rep.ClusterState = c.clusterStateStep(ctx, node, send)
+		}
+		if opts.WriteKey != "" && rep.ClusterState != nil && rep.ClusterState.OK {
+			rep.Write = c.step(ctx, node, send, c.writeArgs(opts.WriteKey)...)
+		}
+	}
+	if rep.ClusterState == nil {
+		rep.ClusterState = &StepResult{Skipped: true}
+	}
+	if opts.WriteKey != "" && rep.Write == nil {
+		rep.Write = &StepResult{Skipped: true}
+	}
+	rep.Breakers = c.masterBreakersStep()
+}
+
+// step sends one command, marked not to be retried, and times it.
+func (c *Client) step(ctx context.Context, node string, send func(context.Context, redis.Cmder) error, args ...any) *StepResult {
+	res, _ := c.roundTrip(ctx, node, send, args...)
+	return res
+}
+
+// roundTrip is step that also returns the reply, for steps that inspect it.
+func (c *Client) roundTrip(ctx context.Context, node string, send func(context.Context, redis.Cmder) error, args ...any) (*StepResult, any) {
+	cmd := redis.NewCmd(ctx, args...)
+	start := time.Now()
+	err := send(ctx, oneShot{cmd})
+	res := &StepResult{Node: node, Latency: time.Since(start)}
+	if err != nil {
+		if isMovedOrAsk(err) && c.topo != nil {
+			// Our slot map is stale: the next check should find the owner.
+			c.topo.trigger()
+		}
+		res.Error = c.redact(c.translate(ctx, err).Error())
+		return res, nil
+	}
+	res.OK = true
+	return res, cmd.Val()
+}
+
+// clusterStateStep reads CLUSTER INFO from node and requires cluster_state:ok.
+func (c *Client) clusterStateStep(ctx context.Context, node string, send func(context.Context, redis.Cmder) error) *StepResult {
+	res, reply := c.roundTrip(ctx, node, send, "cluster", "info")
+	if !res.OK {
+		return res
+	}
+	text, _ := reply.(string)
+	state := infoField(text, "cluster_state")
+	if state != "ok" {
+		res.OK = false
+		if state == "" {
+			state = "missing"
+		}
+		res.Error = "cluster_state:" + state
+	}
+	return res
+}
+
+// masterBreakersStep fails if a master in the last slot map has an open
+// breaker. Only Open counts: a half-open breaker lets a probe through, and
+// if readiness failed on it, a pod taken out of rotation would send no
+// request to that node, its breaker would never close, and the pod would
+// never become ready again.
+func (c *Client) masterBreakersStep() *StepResult {
+	slots := c.topo.lastSlots()
+	if slots == nil {
+		// No slot map yet: the ping step has already failed with the reason.
+		return &StepResult{Skipped: true}
+	}
+	masters := make(map[string]bool)
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			masters[s.Nodes[0].Addr] = true
+		}
+	}
+	var open []string
+	for _, n := range c.nodes.all() {
+		if masters[n.addr] && n.br.State() == breaker.Open {
+			open = append(open, n.addr)
+		}
+	}
+	if len(open) > 0 {
+		sort.Strings(open)
+		return &StepResult{Error: "breaker open for master " + strings.Join(open, ", ")}
+	}
+	return &StepResult{OK: true}
+}
+
+// writeArgs is the probe write. PX rather than go-redis's Set, which would
+// pick EX for whole seconds: the TTL is the configured one, in milliseconds,
+// and never rounds down to zero (an invalid expiry).
+func (c *Client) writeArgs(key string) []any {
+	ttl := max(c.cfg.HealthWriteTTL.Milliseconds(), 1)
+	token := "redisguard health check " + c.clock.Now().UTC().Format(time.RFC3339Nano)
+	return []any{"set", key, token, "px", ttl}
+}
+
+// oneShot marks a probe command as not retryable, through go-redis's own
+// per-command switch: Cmder.NoRetry, which every retry loop of a node client
+// consults (baseClient.processWithRetry). A check judges a server that
+// answers by its first answer. Our standalone and Sentinel clients retry once
+// (MaxRetries 1, meant for connections reset by the server), and go-redis
+// counts READONLY and timeouts as retryable, so without this a read-only
+// replica would get the SET twice with a backoff sleep in between, and a hung
+// server would cost two read timeouts. Cluster node clients do not retry
+// (MaxRetries 0) and Cluster checks bypass the cluster client's own loop
+// (see checkCluster); the mark there guards against a future default.
+// go-redis still replays a command that provably never reached the wire (a
+// "forced" retry), which is a first attempt, not a second one.
+type oneShot struct{ *redis.Cmd }
+
+func (oneShot) NoRetry() bool { return true }
+
+// verdict is true when every step that applies succeeded.
+func (r *Report) verdict() bool {
+	for _, s := range []*StepResult{r.Ping, r.ClusterState, r.Write, r.Breakers} {
+		if s != nil && !s.OK {
+			return false
+		}
+	}
+	return r.Ping != nil
+}
+
+// skipRest marks the steps after a failed start as skipped.
+func (r *Report) skipRest(opts CheckOptions, mode Mode) {
+	if opts.WriteKey != "" {
+		r.Write = &StepResult{Skipped: true}
+	}
+	if mode == ModeCluster {
+		r.ClusterState = &StepResult{Skipped: true}
+		r.Breakers = &StepResult{Skipped: true}
+	}
+}
+
+// String is a one-line summary for terminals and logs, e.g.
+//
+//	healthy (standalone, 10.0.0.5:6379): ping 312µs, write 405µs
+//	unhealthy (standalone, 10.0.0.5:6379): ping 298µs, write failed: OOM command not allowed ...
+func (r Report) String() string {
+	steps := []struct {
+		name string
+		s    *StepResult
+	}{{"ping", r.Ping}, {"cluster_state", r.ClusterState}, {"write", r.Write}, {"breakers", r.Breakers}}
+	var b strings.Builder
+	if r.Healthy {
+		b.WriteString("healthy (")
+	} else {
+		b.WriteString("unhealthy (")
+	}
+	b.WriteString(r.Mode)
+	for _, st := range steps {
+		if st.s != nil && st.s.Node != "" {
+			b.WriteString(", ")
+			b.WriteString(st.s.Node)
+			break
+		}
+	}
+	b.WriteString("): ")
+	first := true
+	for _, st := range steps {
+		s := st.s
+		if s == nil || s.Skipped {
+			continue
+		}
+		if !first {
+			b.WriteString(", ")
+		}
+		first = false
+		switch {
+		case !s.OK:
+			b.WriteString(st.name + " failed: " + s.Error)
+		case st.name == "breakers":
+			b.WriteString("no master breaker open")
+		default:
+			b.WriteString(st.name + " " + s.Latency.Round(time.Microsecond).String())
+		}
+	}
+	if first {
+		b.WriteString("nothing checked")
+	}
+	return b.String()
+}
+
+// redact removes the configured passwords from text. go-redis's error texts
+// quote server replies and addresses, not credentials, but a report goes to
+// HTTP clients and logs, so it is scrubbed rather than trusted.
+func (c *Client) redact(text string) string {
+	for _, secret := range []string{c.cfg.Password, c.cfg.SentinelPassword} {
+		if secret != "" {
+			text = strings.ReplaceAll(text, secret, "[redacted]")
+		}
+	}
+	return text
+}
+
+// isMovedOrAsk reports whether err is a cluster redirect reply.
+func isMovedOrAsk(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
+// infoField returns the value of field in INFO-style "field:value" text.
+func infoField(text, field string) string {
+	for line := range strings.SplitSeq(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			return v
+		}
+	}
+	return ""
+}
+
+// Compile-time check: the probe wrapper is still a command go-redis accepts.
+var _ redis.Cmder = oneShot{}
