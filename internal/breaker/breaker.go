@@ -36,12 +36,18 @@ type Settings struct {
 	Threshold int
 
 	// RecoveryTime is how long an open breaker fails calls fast before it
-	// lets a probe through. It is also how long a probe may stay in flight
-	// without reporting before another caller may probe, so that a lost
-	// probe cannot keep the breaker half-open forever. Negative values are
-	// treated as zero.
+	// lets a probe through. Negative values are treated as zero.
 	// default: DefaultRecoveryTime (10s)
 	RecoveryTime time.Duration
+
+	// ProbeTimeout is how long a probe may stay in flight without reporting
+	// before another caller may probe, so that a lost probe cannot keep the
+	// breaker half-open forever. Set it to the longest an ordinary call can
+	// take: a probe replaced while it is still waiting for its timeout would
+	// have its failure dropped, and a breaker whose every probe is replaced
+	// just before it fails never opens again.
+	// default: RecoveryTime
+	ProbeTimeout time.Duration
 
 	// Clock tells the breaker the time. The breaker never waits on it: it
 	// reads it lazily on the calls that may change state.
@@ -116,6 +122,7 @@ type Breaker struct {
 	disabled  bool
 	threshold uint32
 	recovery  time.Duration
+	probeMax  time.Duration // ProbeTimeout
 	clock     clock.Clock
 	onChange  func(from, to State)
 
@@ -147,6 +154,10 @@ func New(s Settings) *Breaker {
 	}
 	if b.recovery <= 0 {
 		b.recovery = DefaultRecoveryTime
+	}
+	b.probeMax = s.ProbeTimeout
+	if b.probeMax <= 0 {
+		b.probeMax = b.recovery
 	}
 	if b.clock == nil {
 		b.clock = clock.Real()
@@ -186,7 +197,7 @@ func (b *Breaker) allowSlow() (Ticket, error) {
 	case Open:
 		err = ErrOpen
 	case HalfOpen:
-		if b.probing && now.Sub(b.probeStart) < b.recovery {
+		if b.probing && now.Sub(b.probeStart) < b.probeMax {
 			err = ErrOpen
 			break
 		}
@@ -197,7 +208,7 @@ func (b *Breaker) allowSlow() (Ticket, error) {
 		b.word.Store(pack(HalfOpen, 0, g))
 		b.probing = true
 		b.probeStart = now
-		b.rejectUntil.Store(now.Add(b.recovery).UnixNano())
+		b.rejectUntil.Store(now.Add(b.probeMax).UnixNano())
 		t = Ticket{gen: g, probe: true}
 	}
 	b.mu.Unlock()

@@ -572,3 +572,33 @@ func TestSnapshot(t *testing.T) {
 	b.Done(tk, breaker.Success)
 	want("probe succeeded", breaker.Snapshot{State: breaker.Closed, LastTransition: reopened.Add(testRecovery + time.Second), Opens: 2})
 }
+
+// A probe slower than RecoveryTime but within ProbeTimeout is not replaced:
+// its failure must reopen the breaker. With the replacement at RecoveryTime,
+// a node whose calls time out after longer than RecoveryTime kept the breaker
+// half-open for ever, each probe given up on just before it failed.
+func TestSlowProbeWithinProbeTimeoutIsNotReplaced(t *testing.T) {
+	fc := clock.NewFake(epoch)
+	b := breaker.New(breaker.Settings{
+		Threshold:    testThreshold,
+		RecoveryTime: testRecovery,
+		ProbeTimeout: 3 * testRecovery,
+		Clock:        fc,
+	})
+	tk := probe(t, b, fc)
+	fc.Advance(2 * testRecovery) // past RecoveryTime, within ProbeTimeout
+	wantRejected(t, b, "a second probe while the first is within ProbeTimeout")
+	b.Done(tk, breaker.Failure)
+	if got := b.State(); got != breaker.Open {
+		t.Fatalf("after the slow probe failed: state %v, want open", got)
+	}
+	fc.Advance(testRecovery)
+	next, err := b.Allow()
+	if err != nil || !next.Probe() {
+		t.Fatalf("after another recovery time: ticket %+v, err %v; want a probe", next, err)
+	}
+	fc.Advance(3 * testRecovery) // the probe is now lost: replaced
+	if late, err := b.Allow(); err != nil || !late.Probe() {
+		t.Fatalf("after ProbeTimeout: ticket %+v, err %v; want a replacement probe", late, err)
+	}
+}
