@@ -1,16 +1,18 @@
 package redistest
 
 import (
+	"errors"
 	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/redisguard/redisguard/internal/redisproc"
 )
 
 // Environment variables that control how servers are found.
 const (
 	// EnvServer names the redis-server binary (a path, or a name looked up on
 	// PATH). Empty means "redis-server".
-	EnvServer = "REDIS_SERVER"
+	EnvServer = redisproc.EnvServer
 	// EnvRequireServer set to "1" turns a missing binary into a test failure.
 	// CI sets it so that a broken image cannot silently skip every
 	// integration test.
@@ -22,21 +24,18 @@ const (
 // fails if REDISGUARD_REQUIRE_SERVER=1.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if platformProblem != "" {
-		if os.Getenv(EnvRequireServer) == "1" {
-			t.Fatalf("redistest: %s", platformProblem)
-		}
-		t.Skipf("redistest: skipping: %s", platformProblem)
-	}
-	name := os.Getenv(EnvServer)
-	if name == "" {
-		name = "redis-server"
-	}
-	path, err := exec.LookPath(name)
+	path, err := redisproc.Binary()
 	if err == nil {
 		return path
 	}
-	if os.Getenv(EnvRequireServer) == "1" {
+	required := os.Getenv(EnvRequireServer) == "1"
+	if errors.Is(err, redisproc.ErrUnsupported) {
+		if required {
+			t.Fatalf("redistest: %v", err)
+		}
+		t.Skipf("redistest: skipping: %v", err)
+	}
+	if required {
 		t.Fatalf("redistest: redis-server is required (%s=1) but not usable: %v; install redis-server 7+ or set %s",
 			EnvRequireServer, err, EnvServer)
 	}

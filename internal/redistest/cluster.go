@@ -1,47 +1,20 @@
 package redistest
 
 import (
-	"context"
-	"fmt"
-	"strconv"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redisguard/redisguard/internal/redisproc"
 )
 
 // Defaults for ClusterOptions.
 const (
-	DefaultClusterMasters     = 3
-	DefaultClusterNodeTimeout = 2 * time.Second
+	DefaultClusterMasters     = redisproc.DefaultClusterMasters
+	DefaultClusterNodeTimeout = redisproc.DefaultClusterNodeTimeout
 )
 
-// ClusterOptions describes the cluster StartCluster builds.
-type ClusterOptions struct {
-	// Masters is the number of primaries; the slots are split evenly
-	// between them in order. default: 3
-	Masters int
-	// ReplicasPerMaster is the number of replicas each primary gets.
-	// default: 0
-	ReplicasPerMaster int
-	// NodeTimeout is cluster-node-timeout: how long a node may be
-	// unreachable before it is flagged as failing and its replica takes
-	// over. default: 2s
-	NodeTimeout time.Duration
-	// Args are extra redis-server options for every node, appended after
-	// the defaults so that they override them. default: none
-	Args []string
-}
-
-func (o ClusterOptions) withDefaults() ClusterOptions {
-	if o.Masters <= 0 {
-		o.Masters = DefaultClusterMasters
-	}
-	if o.NodeTimeout <= 0 {
-		o.NodeTimeout = DefaultClusterNodeTimeout
-	}
-	return o
-}
+// ClusterOptions describes the cluster StartCluster builds; see
+// redisproc.ClusterOptions for the fields and their defaults.
+type ClusterOptions = redisproc.ClusterOptions
 
 // Cluster is a Redis Cluster of separate redis-server processes. Masters and
 // Replicas are the roles at start; after a failover ask MasterForSlot.
@@ -51,10 +24,8 @@ type Cluster struct {
 	// one replica per master, Replicas[i] replicates Masters[i].
 	Replicas []*Server
 
-	opt ClusterOptions
-	// ids holds every node's ID. Written only by StartCluster; nodes.conf
-	// keeps IDs stable across Kill and Restart.
-	ids map[*Server]string
+	c      *redisproc.Cluster
+	byProc map[*redisproc.Server]*Server
 }
 
 // StartCluster starts and joins the nodes, assigns the slots evenly to the
@@ -62,79 +33,24 @@ type Cluster struct {
 // WaitHealthy).
 func StartCluster(t testing.TB, opt ClusterOptions) *Cluster {
 	t.Helper()
-	opt = opt.withDefaults()
-	if opt.ReplicasPerMaster < 0 {
-		t.Fatalf("redistest: negative ReplicasPerMaster %d", opt.ReplicasPerMaster)
+	pc, err := env(t).StartCluster(opt)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c := &Cluster{opt: opt, ids: make(map[*Server]string)}
-	args := func(port int, dir string) ([]string, error) {
-		a := append(baseArgs(port, dir),
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", // relative to --dir
-			"--cluster-node-timeout", strconv.FormatInt(opt.NodeTimeout.Milliseconds(), 10),
-			// Explicit although it is redis's default: cluster_state:ok
-			// then means every slot is served, which is what tests check.
-			"--cluster-require-full-coverage", "yes",
-			// A replica may take over however long its master has been
-			// unreachable: tests pause masters for arbitrary times.
-			"--cluster-replica-validity-factor", "0",
-			// Replicas stay with the master StartCluster gave them, so
-			// tests can rely on the layout.
-			"--cluster-allow-replica-migration", "no",
-		)
-		return append(a, opt.Args...), nil
+	c := &Cluster{c: pc, byProc: make(map[*redisproc.Server]*Server)}
+	for _, p := range pc.Masters {
+		c.Masters = append(c.Masters, c.wrap(p))
 	}
-	for range opt.Masters {
-		c.Masters = append(c.Masters, start(t, "cluster master", args))
+	for _, p := range pc.Replicas {
+		c.Replicas = append(c.Replicas, c.wrap(p))
 	}
-	for range opt.Masters * opt.ReplicasPerMaster {
-		c.Replicas = append(c.Replicas, start(t, "cluster replica", args))
-	}
-
-	for _, n := range c.Nodes() {
-		n.must(t, "CLUSTER MYID", func(ctx context.Context, a *redis.Client) error {
-			id, err := a.ClusterMyID(ctx).Result()
-			c.ids[n] = id
-			return err
-		})
-	}
-	for i, m := range c.Masters {
-		lo, hi := i*SlotCount/opt.Masters, (i+1)*SlotCount/opt.Masters-1
-		m.must(t, "CLUSTER SET-CONFIG-EPOCH and ADDSLOTSRANGE", func(ctx context.Context, a *redis.Client) error {
-			// Distinct epochs spare the nodes the epoch-collision
-			// protocol, which would otherwise slow convergence down.
-			if err := a.Do(ctx, "cluster", "set-config-epoch", i+1).Err(); err != nil {
-				return err
-			}
-			return a.ClusterAddSlotsRange(ctx, lo, hi).Err()
-		})
-	}
-	first := c.Masters[0]
-	for _, n := range c.Nodes()[1:] {
-		first.must(t, "CLUSTER MEET "+n.Addr, func(ctx context.Context, a *redis.Client) error {
-			return a.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.Port)).Err()
-		})
-	}
-	// CLUSTER REPLICATE needs the replica to know its master already.
-	WaitFor(t, ReadyTimeout, "cluster nodes to meet", c.allMet)
-	for i, r := range c.Replicas {
-		id := c.ids[c.Masters[i/opt.ReplicasPerMaster]]
-		r.must(t, "CLUSTER REPLICATE "+id, func(ctx context.Context, a *redis.Client) error {
-			return a.ClusterReplicate(ctx, id).Err()
-		})
-	}
-	c.WaitHealthy(t)
 	return c
 }
 
-// must runs one admin command and fails the test if it errs.
-func (s *Server) must(t testing.TB, what string, do func(context.Context, *redis.Client) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	if err := do(ctx, s.Admin()); err != nil {
-		t.Fatalf("redistest: %s on %s: %v", what, s.Addr, err)
-	}
+func (c *Cluster) wrap(p *redisproc.Server) *Server {
+	s := wrap(p)
+	c.byProc[p] = s
+	return s
 }
 
 // Nodes returns every node, masters first, in start order.
@@ -143,91 +59,57 @@ func (c *Cluster) Nodes() []*Server {
 }
 
 // Addrs returns every node's address, in the order of Nodes.
-func (c *Cluster) Addrs() []string {
-	var addrs []string
-	for _, n := range c.Nodes() {
-		addrs = append(addrs, n.Addr)
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return c.c.Addrs() }
 
 // Node returns the node listening on addr, or nil.
-func (c *Cluster) Node(addr string) *Server {
-	for _, n := range c.Nodes() {
-		if n.Addr == addr {
-			return n
-		}
-	}
-	return nil
-}
+func (c *Cluster) Node(addr string) *Server { return c.byProc[c.c.Node(addr)] }
 
 // NodeID returns s's cluster node ID, which survives Kill and Restart.
 func (c *Cluster) NodeID(t testing.TB, s *Server) string {
 	t.Helper()
-	id, ok := c.ids[s]
-	if !ok {
-		t.Fatalf("redistest: %v is not a node of this cluster", s)
+	id, err := c.c.NodeID(s.p)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return id
+}
+
+// WaitHealthy waits until the cluster has settled, as seen by every
+// reachable node (running and not paused; the others cannot answer):
+//   - cluster_state:ok, so every slot is served (full coverage is required);
+//   - it knows every node of the cluster, and none of the reachable ones is
+//     flagged failing, in handshake or disconnected;
+//   - all of them report the same CLUSTER SLOTS layout;
+//   - in that layout, every reachable node either owns slots or is listed as
+//     a replica, and each replica's link to its master is up.
+//
+// Call it after StartCluster (which does), and after failovers, restarts or
+// resumes, before relying on the topology.
+func (c *Cluster) WaitHealthy(t testing.TB) {
+	t.Helper()
+	if err := c.c.WaitHealthy(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // MasterForSlot returns the node that owns slot according to CLUSTER SLOTS
 // on the first reachable node.
 func (c *Cluster) MasterForSlot(t testing.TB, slot int) *Server {
 	t.Helper()
-	if slot < 0 || slot >= SlotCount {
-		t.Fatalf("redistest: slot %d out of range", slot)
+	p, err := c.c.MasterForSlot(slot)
+	if err != nil {
+		t.Fatal(err)
 	}
-	owners := c.slotOwners(t)
-	n := c.Node(owners[slot])
-	if n == nil {
-		t.Fatalf("redistest: slot %d is served by %q, which is not a node of this cluster", slot, owners[slot])
-	}
-	return n
+	return c.byProc[p]
 }
 
 // KeyOn returns a key, prefix followed by a number, whose slot s currently
 // owns. It fails the test if s owns no slot.
 func (c *Cluster) KeyOn(t testing.TB, s *Server, prefix string) string {
 	t.Helper()
-	owners := c.slotOwners(t)
-	// With every master owning a sizeable share of the slots the first few
-	// candidates almost always hit; the bound only catches a server that
-	// owns nothing or a prefix with a {hashtag} pinning every key elsewhere.
-	for i := range 1 << 16 {
-		key := prefix + strconv.Itoa(i)
-		if owners[Slot(key)] == s.Addr {
-			return key
-		}
+	key, err := c.c.KeyOn(s.p, prefix)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("redistest: no key with prefix %q maps to a slot owned by %v", prefix, s)
-	return ""
-}
-
-// slotOwners maps each slot to its master's address, as the first reachable
-// node that answers CLUSTER SLOTS sees it.
-func (c *Cluster) slotOwners(t testing.TB) *[SlotCount]string {
-	t.Helper()
-	var errs []error
-	for _, n := range c.Nodes() {
-		if !n.reachable() {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-		slots, err := n.Admin().ClusterSlots(ctx).Result()
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
-			continue
-		}
-		var owners [SlotCount]string
-		for _, r := range slots {
-			for s := max(r.Start, 0); s <= min(r.End, SlotCount-1) && len(r.Nodes) > 0; s++ {
-				owners[s] = r.Nodes[0].Addr
-			}
-		}
-		return &owners
-	}
-	t.Fatalf("redistest: no reachable cluster node answered CLUSTER SLOTS: %v", errs)
-	return nil
+	return key
 }

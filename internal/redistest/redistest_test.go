@@ -102,24 +102,6 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-func TestReservePortHandsOutEachPortOnce(t *testing.T) {
-	seen := map[int]bool{}
-	for range 50 {
-		p, err := reservePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { releasePort(p) })
-		if seen[p] {
-			t.Fatalf("port %d handed out twice", p)
-		}
-		if p < portMin || p >= portMax || p+busOffset >= 32768 {
-			t.Fatalf("port %d (bus %d) outside [%d, %d) or in the ephemeral range", p, p+busOffset, portMin, portMax)
-		}
-		seen[p] = true
-	}
-}
-
 func TestStandaloneLifecycle(t *testing.T) {
 	t.Parallel()
 	s := StartServer(t)
@@ -235,28 +217,6 @@ func TestStartServerArgs(t *testing.T) {
 		if got[param] != want {
 			t.Errorf("CONFIG GET %s = %q, want %q", param, got[param], want)
 		}
-	}
-}
-
-// TestPortTakenIsDetected covers the race StartServer retries: another
-// process binding the port after it was picked.
-func TestPortTakenIsDetected(t *testing.T) {
-	t.Parallel()
-	owner := StartServer(t)
-	dir := t.TempDir()
-	loser := &Server{Addr: owner.Addr, Port: owner.Port, Dir: dir, bin: Binary(t), args: baseArgs(owner.Port, dir)}
-	t.Cleanup(func() {
-		// Not cleanup(): that would release owner's port reservation.
-		if err := loser.halt(); err != nil {
-			t.Error(err)
-		}
-		_ = loser.Admin().Close()
-	})
-	if err := loser.launch(); !errors.Is(err, errPortTaken) {
-		t.Fatalf("launch on a taken port: %v, want errPortTaken\n%s", err, logTail(dir))
-	}
-	if err := owner.Admin().Ping(ctx(t)).Err(); err != nil {
-		t.Fatalf("owner disturbed: %v", err)
 	}
 }
 

@@ -1,30 +1,9 @@
 package redistest
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-)
-
-// Sentinel group settings. Detection and failover are tuned to take seconds,
-// not the production default of a minute, so that tests can watch a failover.
-const (
-	sentinelCount           = 3
-	sentinelQuorum          = 2
-	sentinelDownAfterMillis = 1000
-	// sentinelFailoverTimeoutMillis also spaces out repeated failovers of
-	// the same master (twice this value), so it is kept small.
-	sentinelFailoverTimeoutMillis = 3000
-	sentinelMasterName            = "mymaster"
-	sentinelConfName              = "sentinel.conf"
+	"github.com/redisguard/redisguard/internal/redisproc"
 )
 
 // Sentinel is a monitored primary/replica pair and the sentinels watching it.
@@ -35,6 +14,8 @@ type Sentinel struct {
 	Master     *Server
 	Replica    *Server
 	Sentinels  []*Server
+
+	g *redisproc.Sentinel
 }
 
 // StartSentinel starts a primary, one replica and three sentinels (quorum 2,
@@ -43,146 +24,38 @@ type Sentinel struct {
 // sentinels, which is what a failover needs.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	g := &Sentinel{MasterName: sentinelMasterName}
-	g.Master = StartServer(t)
-	g.Replica = StartReplica(t, g.Master)
-	for range sentinelCount {
-		g.Sentinels = append(g.Sentinels, start(t, "sentinel", g.sentinelArgs))
+	g, err := env(t).StartSentinel()
+	if err != nil {
+		t.Fatal(err)
 	}
-	WaitFor(t, ReadyTimeout, "sentinels to discover the replica and each other", func() error {
-		for _, s := range g.Sentinels {
-			if err := g.discovered(s); err != nil {
-				return fmt.Errorf("sentinel %s: %w", s.Addr, err)
-			}
-		}
-		return nil
-	})
-	return g
-}
-
-// sentinelArgs writes the sentinel's config file: sentinels refuse to start
-// without a writable one, because they persist what they learn into it.
-func (g *Sentinel) sentinelArgs(port int, dir string) ([]string, error) {
-	name := g.MasterName
-	conf := strings.Join([]string{
-		fmt.Sprintf("port %d", port),
-		"bind 127.0.0.1",
-		"protected-mode no",
-		"daemonize no",
-		fmt.Sprintf("dir %q", dir),
-		fmt.Sprintf("logfile %q", filepath.Join(dir, logName)),
-		fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", name, g.Master.Port, sentinelQuorum),
-		fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, sentinelDownAfterMillis),
-		fmt.Sprintf("sentinel failover-timeout %s %d", name, sentinelFailoverTimeoutMillis),
-		fmt.Sprintf("sentinel parallel-syncs %s 1", name),
-	}, "\n") + "\n"
-	path := filepath.Join(dir, sentinelConfName)
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
+	s := &Sentinel{MasterName: g.MasterName, Master: wrap(g.Master), Replica: wrap(g.Replica), g: g}
+	for _, p := range g.Sentinels {
+		s.Sentinels = append(s.Sentinels, wrap(p))
 	}
-	return []string{path, "--sentinel"}, nil
-}
-
-// discovered checks that s sees the replica with a healthy link (it has read
-// the replica's INFO, so the replica is electable) and both other sentinels.
-func (g *Sentinel) discovered(s *Server) error {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	admin := s.Admin()
-
-	replicas := redis.NewMapStringStringSliceCmd(ctx, "sentinel", "replicas", g.MasterName)
-	if err := admin.Process(ctx, replicas); err != nil {
-		return err
-	}
-	ok := slices.ContainsFunc(replicas.Val(), func(r map[string]string) bool {
-		return net.JoinHostPort(r["ip"], r["port"]) == g.Replica.Addr &&
-			r["master-link-status"] == "ok" && healthyFlags(r["flags"])
-	})
-	if !ok {
-		return fmt.Errorf("replica %s not seen healthy; replicas: %v", g.Replica.Addr, replicas.Val())
-	}
-
-	peers := redis.NewMapStringStringSliceCmd(ctx, "sentinel", "sentinels", g.MasterName)
-	if err := admin.Process(ctx, peers); err != nil {
-		return err
-	}
-	var seen []string
-	for _, p := range peers.Val() {
-		if healthyFlags(p["flags"]) {
-			seen = append(seen, net.JoinHostPort(p["ip"], p["port"]))
-		}
-	}
-	for _, other := range g.Sentinels {
-		if other != s && !slices.Contains(seen, other.Addr) {
-			return fmt.Errorf("sentinel %s not discovered; sees %v", other.Addr, seen)
-		}
-	}
-	return nil
-}
-
-// healthyFlags reports whether a sentinel's flags for an instance say it is
-// reachable.
-func healthyFlags(flags string) bool {
-	for f := range strings.SplitSeq(flags, ",") {
-		switch f {
-		case "s_down", "o_down", "disconnected":
-			return false
-		}
-	}
-	return true
+	return s
 }
 
 // Addrs returns the sentinels' addresses.
-func (g *Sentinel) Addrs() []string {
-	addrs := make([]string, len(g.Sentinels))
-	for i, s := range g.Sentinels {
-		addrs[i] = s.Addr
-	}
-	return addrs
-}
+func (g *Sentinel) Addrs() []string { return g.g.Addrs() }
 
 // CurrentMaster returns the master address reported by the first reachable
 // sentinel (SENTINEL GET-MASTER-ADDR-BY-NAME). Right after a failover the
 // sentinels may briefly disagree; WaitMaster waits for all of them.
 func (g *Sentinel) CurrentMaster(t testing.TB) string {
 	t.Helper()
-	for _, s := range g.Sentinels {
-		if !s.reachable() {
-			continue
-		}
-		addr, err := g.masterAddr(s)
-		if err != nil {
-			t.Fatalf("redistest: sentinel %s: %v", s.Addr, err)
-		}
-		return addr
+	addr, err := g.g.CurrentMaster()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("redistest: no reachable sentinel among %v", g.Addrs())
-	return ""
+	return addr
 }
 
 // WaitMaster waits until every reachable sentinel reports addr as the master.
 func (g *Sentinel) WaitMaster(t testing.TB, addr string) {
 	t.Helper()
-	WaitFor(t, ReadyTimeout, "sentinels to agree the master is "+addr, func() error {
-		asked := 0
-		for _, s := range g.Sentinels {
-			if !s.reachable() {
-				continue
-			}
-			asked++
-			got, err := g.masterAddr(s)
-			if err != nil {
-				return fmt.Errorf("sentinel %s: %w", s.Addr, err)
-			}
-			if got != addr {
-				return fmt.Errorf("sentinel %s reports %s", s.Addr, got)
-			}
-		}
-		if asked == 0 {
-			return errors.New("no reachable sentinel")
-		}
-		return nil
-	})
+	if err := g.g.WaitMaster(addr); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Failover asks a reachable sentinel to fail the master over now (SENTINEL
@@ -190,30 +63,7 @@ func (g *Sentinel) WaitMaster(t testing.TB, addr string) {
 // the failover has started; use WaitMaster to see it finish.
 func (g *Sentinel) Failover(t testing.TB) {
 	t.Helper()
-	for _, s := range g.Sentinels {
-		if !s.reachable() {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-		defer cancel()
-		cmd := redis.NewStatusCmd(ctx, "sentinel", "failover", g.MasterName)
-		if err := s.Admin().Process(ctx, cmd); err != nil {
-			t.Fatalf("redistest: SENTINEL FAILOVER on %s: %v", s.Addr, err)
-		}
-		return
+	if err := g.g.Failover(); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("redistest: no reachable sentinel among %v", g.Addrs())
-}
-
-func (g *Sentinel) masterAddr(s *Server) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	cmd := redis.NewStringSliceCmd(ctx, "sentinel", "get-master-addr-by-name", g.MasterName)
-	if err := s.Admin().Process(ctx, cmd); err != nil {
-		return "", err
-	}
-	if v := cmd.Val(); len(v) == 2 {
-		return net.JoinHostPort(v[0], v[1]), nil
-	}
-	return "", fmt.Errorf("unexpected GET-MASTER-ADDR-BY-NAME reply %q", cmd.Val())
 }

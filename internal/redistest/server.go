@@ -1,28 +1,10 @@
 package redistest
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redisguard/redisguard/internal/redisproc"
 )
-
-const (
-	// startAttempts bounds how often a start is retried because another
-	// process took the chosen port between the probe and redis's bind.
-	startAttempts = 5
-)
-
-// errPortTaken marks a start that failed because some other process owns the
-// port; StartServer retries those with a new port.
-var errPortTaken = errors.New("port taken by another process")
 
 // Server is one redis-server process (plain, replica, cluster node or
 // sentinel). Its address, port and directory never change, including across
@@ -32,14 +14,30 @@ type Server struct {
 	Port int
 	Dir  string // working directory: logs, nodes.conf, sentinel.conf
 
-	bin  string
-	args []string // complete command line after bin; Restart reuses it as is
+	p *redisproc.Server
+}
 
-	mu     sync.Mutex
-	proc   *process      // guarded by mu; nil while not running
-	paused bool          // guarded by mu; SIGSTOPped and not yet resumed
-	admin  *redis.Client // guarded by mu; created on first use
-	closed bool          // guarded by mu; cleanup has run
+func wrap(p *redisproc.Server) *Server {
+	return &Server{Addr: p.Addr, Port: p.Port, Dir: p.Dir, p: p}
+}
+
+// env is where a test's servers come from: directories from t.TempDir, and
+// each server's Close registered with t.Cleanup before its process starts,
+// so that no failure path can leave it running. Cleanups run last-in
+// first-out, so every server stops before its directory is removed.
+func env(t testing.TB) redisproc.Env {
+	t.Helper()
+	return redisproc.Env{
+		Bin:     Binary(t),
+		TempDir: func() (string, error) { return t.TempDir(), nil },
+		OnStart: func(s *redisproc.Server) {
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Logf("redistest: %v", err)
+				}
+			})
+		},
+	}
 }
 
 // StartServer starts a standalone redis-server and waits until it answers
@@ -47,203 +45,20 @@ type Server struct {
 // they override them, e.g. "--maxmemory", "1mb".
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	return start(t, "server", func(port int, dir string) ([]string, error) {
-		return append(baseArgs(port, dir), args...), nil
-	})
-}
-
-// baseArgs is the configuration every data node starts with. Persistence is
-// off so that a restart starts empty (apart from cluster state) and stops are
-// instant; replication is tuned so that a replica syncs in milliseconds; the
-// DEBUG command is allowed from loopback so tests can make a server slow on
-// purpose (DEBUG SLEEP).
-func baseArgs(port int, dir string) []string {
-	return []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--dir", dir,
-		"--logfile", filepath.Join(dir, logName),
-		"--save", "",
-		"--appendonly", "no",
-		// On SIGTERM redis 7 otherwise waits up to 10s for lagging replicas,
-		// and a paused replica lags forever.
-		"--shutdown-timeout", "0",
-		"--repl-diskless-sync", "yes",
-		"--repl-diskless-sync-delay", "0",
-		"--repl-ping-replica-period", "1",
-		"--enable-debug-command", "local",
-	}
-}
-
-// start launches a server built by argv on a fresh port and directory,
-// trying again with another port if a different process wins the race for
-// the chosen one.
-func start(t testing.TB, kind string, argv func(port int, dir string) ([]string, error)) *Server {
-	t.Helper()
-	bin := Binary(t)
-	var taken []string
-	for range startAttempts {
-		port, err := reservePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			Port: port,
-			Dir:  t.TempDir(),
-			bin:  bin,
-		}
-		// Registered before the process exists, so that no failure path
-		// below can leave it running.
-		t.Cleanup(func() { s.cleanup(t) })
-		if s.args, err = argv(port, s.Dir); err != nil {
-			t.Fatalf("redistest: preparing %s in %s: %v", kind, s.Dir, err)
-		}
-		err = s.launch()
-		if err == nil {
-			return s
-		}
-		tail := logTail(s.Dir)
-		s.cleanup(t)
-		if !errors.Is(err, errPortTaken) {
-			t.Fatalf("redistest: starting %s on %s: %v\n%s", kind, s.Addr, err, tail)
-		}
-		taken = append(taken, fmt.Sprintf("%s (%v)", s.Addr, err))
-	}
-	t.Fatalf("redistest: starting %s: every port tried was taken by another process: %s",
-		kind, strings.Join(taken, "; "))
-	return nil
-}
-
-// launch starts the process and waits until it serves.
-func (s *Server) launch() error {
-	p, err := spawn(s.bin, s.args, s.Dir)
+	s, err := env(t).StartServer(args...)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	s.mu.Lock()
-	s.proc, s.paused = p, false
-	s.mu.Unlock()
-	return s.waitServing(p)
-}
-
-// waitServing waits until p answers PING on s.Addr.
-func (s *Server) waitServing(p *process) error {
-	// Wait for the listening socket with a raw dial first: go-redis counts
-	// refused dials against its pool (see adminPoolSize), a raw dial costs
-	// nothing.
-	err := poll(ReadyTimeout, func() error {
-		if p.exited() {
-			return permanent(s.exitError(p))
-		}
-		c, err := net.DialTimeout("tcp", s.Addr, adminTimeout)
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	})
-	if err != nil {
-		return err
-	}
-	admin := s.Admin()
-	return poll(ReadyTimeout, func() error {
-		if p.exited() {
-			return permanent(s.exitError(p))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-		defer cancel()
-		info, err := infoMap(ctx, admin, "server")
-		if err != nil {
-			return err
-		}
-		// Whoever answers must be our process: if another test process
-		// bound the port first, ours is about to exit with a bind error.
-		if got := info["process_id"]; got != strconv.Itoa(p.pid()) {
-			return permanent(fmt.Errorf("%w: %s is served by pid %s, not by ours (%d)", errPortTaken, s.Addr, got, p.pid()))
-		}
-		// PING fails with LOADING until the dataset is in memory.
-		return admin.Ping(ctx).Err()
-	})
-}
-
-func (s *Server) exitError(p *process) error {
-	if logMentionsBindFailure(s.Dir) {
-		return fmt.Errorf("%w: redis-server exited (%v)", errPortTaken, p.err)
-	}
-	return fmt.Errorf("redis-server exited before it was ready (%v)", p.err)
-}
-
-// cleanup stops the process and releases everything; it runs in t.Cleanup
-// and is harmless to repeat.
-func (s *Server) cleanup(t testing.TB) {
-	if err := s.halt(); err != nil {
-		t.Logf("redistest: stopping %s: %v", s.Addr, err)
-	}
-	s.mu.Lock()
-	already := s.closed
-	admin := s.admin
-	s.admin, s.closed = nil, true
-	s.mu.Unlock()
-	if already {
-		// The port may belong to another server by now.
-		return
-	}
-	if admin != nil {
-		_ = admin.Close()
-	}
-	releasePort(s.Port)
-}
-
-// halt stops the process cleanly if it is running.
-func (s *Server) halt() error {
-	s.mu.Lock()
-	p := s.proc
-	s.proc, s.paused = nil, false
-	s.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	return p.stop()
-}
-
-// running returns the live process or fails the test: acting on a server
-// that is not running is a mistake in the test.
-func (s *Server) running(t testing.TB, verb string) *process {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		t.Fatalf("redistest: cannot %s %s: not running", verb, s.Addr)
-	}
-	return s.proc
+	return wrap(s)
 }
 
 // Running reports whether the process is running (paused counts as
 // running). It turns false after Kill or Stop, and also when the server exits
 // on its own (SHUTDOWN, a crash).
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc != nil && !s.proc.exited()
-}
+func (s *Server) Running() bool { return s.p.Running() }
 
 // Paused reports whether the process is stopped by Pause.
-func (s *Server) Paused() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.paused
-}
-
-// reachable reports whether the server can answer now: running and not
-// paused. The harness only talks to reachable servers, so that it never
-// waits out a timeout or runs into refused dials (see adminPoolSize).
-func (s *Server) reachable() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc != nil && !s.proc.exited() && !s.paused
-}
+func (s *Server) Paused() bool { return s.p.Paused() }
 
 // Pause freezes the process with SIGSTOP and returns once it is stopped. The
 // socket stays open, so clients connect and then time out, as with a hung
@@ -251,45 +66,26 @@ func (s *Server) reachable() bool {
 // test, as do Resume and Kill.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	p := s.running(t, "pause")
-	s.mu.Lock()
-	s.paused = true
-	s.mu.Unlock()
-	p.signal(sigStop)
-	err := poll(ReadyTimeout, func() error {
-		stopped, err := isStopped(p.pid())
-		if err != nil {
-			return permanent(err)
-		}
-		if !stopped {
-			return errors.New("process not stopped yet")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("redistest: pausing %s: %v", s.Addr, err)
+	if err := s.p.Pause(); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // Resume continues a paused process with SIGCONT.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	p := s.running(t, "resume")
-	p.signal(sigCont)
-	s.mu.Lock()
-	s.paused = false
-	s.mu.Unlock()
+	if err := s.p.Resume(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Kill ends the process with SIGKILL, like a crash, and waits until it has
 // exited. Restart brings it back.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	p := s.running(t, "kill")
-	s.mu.Lock()
-	s.proc, s.paused = nil, false
-	s.mu.Unlock()
-	p.kill()
+	if err := s.p.Kill(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Stop shuts the server down cleanly: SIGCONT in case it is paused, SIGTERM,
@@ -297,8 +93,8 @@ func (s *Server) Kill(t testing.TB) {
 // nothing.
 func (s *Server) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.halt(); err != nil {
-		t.Logf("redistest: stopping %s: %v", s.Addr, err)
+	if err := s.p.Stop(); err != nil {
+		t.Logf("redistest: %v", err)
 	}
 }
 
@@ -310,17 +106,9 @@ func (s *Server) Stop(t testing.TB) {
 // WaitLinkUp.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if err := s.halt(); err != nil {
-		t.Logf("redistest: stopping %s: %v", s.Addr, err)
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		t.Fatalf("redistest: cannot restart %s after its test's cleanup", s.Addr)
-	}
-	if err := s.launch(); err != nil {
-		t.Fatalf("redistest: restarting %s: %v\n%s", s.Addr, err, logTail(s.Dir))
+	s.Stop(t) // a server that had to be killed is worth a log line, not a failure
+	if err := s.p.Restart(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package redistest
+package redisproc
 
 import "syscall"
 

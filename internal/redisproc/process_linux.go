@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"bytes"
@@ -9,11 +9,12 @@ import (
 	"syscall"
 )
 
-// setParentDeathSignal makes the kernel kill redis if the test binary dies
-// without running its cleanups (a panic from the -timeout watchdog, for
-// example), so an aborted run leaves no servers behind. The signal is tied to
-// the OS thread that forked, which the Go runtime keeps alive unless a
-// goroutine exits while locked to it; this package never locks threads.
+// setParentDeathSignal makes the kernel kill redis if the program that
+// started it dies without closing it (a panic from a test's -timeout
+// watchdog, a demo killed with SIGKILL), so an aborted run leaves no servers
+// behind. The signal is tied to the OS thread that forked, which the Go
+// runtime keeps alive unless a goroutine exits while locked to it; this
+// package never locks threads.
 func setParentDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"errors"
@@ -48,7 +48,7 @@ func reservePort() (int, error) {
 		reserved.ports[p] = true
 		return p, nil
 	}
-	return 0, errors.New("redistest: no free loopback port pair found")
+	return 0, errors.New("redisproc: no free loopback port pair found")
 }
 
 func releasePort(p int) {

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,15 +21,14 @@ import (
 //
 // Call it after StartCluster (which does), and after failovers, restarts or
 // resumes, before relying on the topology.
-func (c *Cluster) WaitHealthy(t testing.TB) {
-	t.Helper()
-	WaitFor(t, ReadyTimeout, "cluster to become healthy", c.healthy)
+func (c *Cluster) WaitHealthy() error {
+	return WaitFor(ReadyTimeout, "cluster to become healthy", c.healthy)
 }
 
 func (c *Cluster) healthy() error {
 	var live []*Server
 	for _, n := range c.Nodes() {
-		if n.reachable() {
+		if n.Reachable() {
 			live = append(live, n)
 		}
 	}
@@ -87,7 +85,7 @@ func (c *Cluster) nodeHealthy(n *Server) ([]redis.ClusterSlot, error) {
 		if !ok {
 			return nil, fmt.Errorf("does not know %s (%s)", s.Addr, id)
 		}
-		if s != n && s.reachable() && !e.healthy() {
+		if s != n && s.Reachable() && !e.healthy() {
 			return nil, fmt.Errorf("sees reachable %s as %s, link %s", s.Addr, strings.Join(e.flags, ","), e.link)
 		}
 	}

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"bytes"
@@ -25,8 +25,8 @@ const (
 
 // process is one run of redis-server. A single goroutine waits for it and
 // closes done; it ends when the process exits, and every owner of a process
-// makes sure it exits (stop or kill) before its test ends, so the goroutine
-// never outlives the test.
+// makes sure it exits (stop or kill) in Close, so the goroutine never
+// outlives its Server.
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{}

@@ -1,0 +1,326 @@
+// Package faultproxy is an in-process TCP proxy that puts network faults
+// between a client and a healthy server, under the control of the code that
+// owns it: pass traffic, blackhole it as a hung server would, or reset
+// connections.
+//
+// It exists for demos and chaos tests that need a fault they can switch on
+// and off at an exact moment, on a machine where nothing but Go is
+// installed: a paused redis-server needs the binary and Unix signals, a
+// miniredis behind this proxy needs neither.
+package faultproxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Mode is what the proxy does with traffic.
+type Mode int
+
+const (
+	// Pass forwards bytes both ways unchanged.
+	Pass Mode = iota
+	// Blackhole behaves like a hung server: connections stay open and new
+	// ones are accepted, but every byte in either direction is read and
+	// thrown away, so nothing is ever answered. Clients see timeouts.
+	//
+	// A connection that lost bytes can never line up requests and replies
+	// again, so switching back to Pass resets those connections; ones that
+	// stayed idle through the blackhole carry on as if nothing happened.
+	Blackhole
+	// Reset behaves like a firewall that rejects the service: every open
+	// connection is reset at once (TCP RST), and new connections are
+	// accepted and reset straight away. Clients see "connection reset by
+	// peer" or EOF, never a timeout.
+	Reset
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Pass:
+		return "pass"
+	case Blackhole:
+		return "blackhole"
+	case Reset:
+		return "reset"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// dialTimeout bounds the proxy's own dial to the target. The target is on
+// this machine; a dial that takes longer means it is gone.
+const dialTimeout = 2 * time.Second
+
+// bufSize is the copy buffer per direction: a Redis command or reply of
+// ordinary size fits in one read.
+const bufSize = 32 << 10
+
+// Proxy listens on a loopback port and relays every connection to one target
+// address. The zero value is not usable; call New. All methods are safe for
+// concurrent use.
+//
+// A Proxy owns three kinds of goroutine: one accept loop, and two copiers per
+// relayed connection. Close stops them all before it returns.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	wg     sync.WaitGroup // every goroutine the proxy started
+
+	mu     sync.Mutex
+	mode   Mode           // guarded by mu
+	links  map[*link]bool // guarded by mu; open relays
+	closed bool           // guarded by mu
+	stats  Stats          // guarded by mu
+}
+
+// link is one relayed connection.
+type link struct {
+	client, server net.Conn
+	// tainted is set once bytes have been swallowed in Blackhole mode: the
+	// client's request or the server's reply is lost, so the stream can
+	// never line up again. Guarded by Proxy.mu.
+	tainted bool
+	once    sync.Once
+}
+
+// Stats counts what the proxy has done since New.
+type Stats struct {
+	Accepted  int   // connections accepted from clients
+	Open      int   // connections currently relayed
+	Reset     int   // connections reset (Reset mode, ResetConns, or tainted by a blackhole)
+	Swallowed int64 // bytes thrown away in Blackhole mode
+}
+
+// New starts a proxy in Pass mode on a free loopback port, relaying to
+// target (host:port). Close it when done.
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: listening: %w", err)
+	}
+	p := &Proxy{target: target, ln: ln, links: make(map[*link]bool)}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address clients connect to instead of the target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Target is the address the proxy relays to.
+func (p *Proxy) Target() string { return p.target }
+
+// Mode returns the current mode.
+func (p *Proxy) Mode() Mode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode
+}
+
+// Stats returns the counters.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Open = len(p.links)
+	return s
+}
+
+// SetMode switches the proxy to m. The change applies to open connections
+// immediately: entering Reset resets them all, and leaving Blackhole resets
+// those that lost bytes (see Blackhole).
+func (p *Proxy) SetMode(m Mode) error {
+	if m < Pass || m > Reset {
+		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
+	}
+	p.mu.Lock()
+	p.mode = m
+	var doomed []*link
+	for l := range p.links {
+		if m == Reset || (m == Pass && l.tainted) {
+			doomed = append(doomed, l)
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range doomed {
+		p.reset(l)
+	}
+	return nil
+}
+
+// ResetConns resets every open connection once, whatever the mode, as a
+// server does when it kills its clients (CLIENT KILL, a restart). New
+// connections are then treated according to the mode. It returns the number
+// of connections reset.
+func (p *Proxy) ResetConns() int {
+	p.mu.Lock()
+	doomed := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		doomed = append(doomed, l)
+	}
+	p.mu.Unlock()
+	for _, l := range doomed {
+		p.reset(l)
+	}
+	return len(doomed)
+}
+
+// Close stops accepting, closes every relayed connection and waits for all
+// of the proxy's goroutines to end. It is idempotent.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	var err error
+	if !already {
+		err = p.ln.Close()
+	}
+	for _, l := range links {
+		l.close(false)
+	}
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Temporary accept errors (EMFILE and the like): back off
+			// briefly rather than spin.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		p.wg.Add(1)
+		go p.open(c)
+	}
+}
+
+// open dials the target for a freshly accepted client and starts relaying.
+// It dials in every mode: the target itself is healthy, and a connection
+// accepted during a blackhole may live on after it.
+func (p *Proxy) open(client net.Conn) {
+	defer p.wg.Done()
+	p.mu.Lock()
+	p.stats.Accepted++
+	refuse := p.mode == Reset
+	if refuse {
+		p.stats.Reset++
+	}
+	p.mu.Unlock()
+	if refuse {
+		resetConn(client)
+		return
+	}
+	server, err := net.DialTimeout("tcp", p.target, dialTimeout)
+	if err != nil {
+		// The target is gone: the client sees its connection reset, as
+		// it would from a load balancer with no backend.
+		resetConn(client)
+		return
+	}
+	l := &link{client: client, server: server}
+	// The mode is read under the same lock that registers the link, so a
+	// concurrent SetMode(Reset) either sees the link or is seen here.
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		l.close(false)
+		return
+	case p.mode == Reset:
+		p.stats.Reset++
+		p.mu.Unlock()
+		l.close(true)
+		return
+	}
+	p.links[l] = true
+	p.wg.Add(2)
+	p.mu.Unlock()
+	go p.copy(l, l.server, l.client)
+	go p.copy(l, l.client, l.server)
+}
+
+// copy relays src to dst until either side fails, then closes the link.
+func (p *Proxy) copy(l *link, dst, src net.Conn) {
+	defer p.wg.Done()
+	defer p.drop(l)
+	buf := make([]byte, bufSize)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			// Checking the mode and tainting the link under the same
+			// lock as SetMode scans for tainted links means no link can
+			// be tainted after a switch to Pass has decided to spare it.
+			p.mu.Lock()
+			swallow := p.mode != Pass
+			if swallow {
+				l.tainted = true
+				p.stats.Swallowed += int64(n)
+			}
+			p.mu.Unlock()
+			if !swallow {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drop removes l and closes both of its connections.
+func (p *Proxy) drop(l *link) {
+	p.mu.Lock()
+	delete(p.links, l)
+	p.mu.Unlock()
+	l.close(false)
+}
+
+// reset removes l and resets the client's side.
+func (p *Proxy) reset(l *link) {
+	p.mu.Lock()
+	if p.links[l] {
+		p.stats.Reset++
+	}
+	delete(p.links, l)
+	p.mu.Unlock()
+	l.close(true)
+}
+
+// close closes both connections once; with rst the client gets a TCP reset
+// rather than an orderly FIN.
+func (l *link) close(rst bool) {
+	l.once.Do(func() {
+		if rst {
+			resetConn(l.client)
+		} else {
+			_ = l.client.Close()
+		}
+		_ = l.server.Close()
+	})
+}
+
+// resetConn closes c with SO_LINGER 0, which makes the kernel send RST
+// instead of FIN: the peer's next read fails with ECONNRESET.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
