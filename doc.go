@@ -22,6 +22,19 @@
 //     rate-limited; an opening breaker triggers a refresh, so writes follow a
 //     promoted replica promptly.
 //
+// What the guard decides is observable three ways (events.go, stats.go).
+// Every decision worth an operator's attention (a breaker opening, going
+// half-open or closing, a slot-map refresh starting, finishing or failing, a
+// command refused for want of capacity, a contested slot) is an Event: it
+// goes to Config.Logger through log/slog, at warn level for what needs
+// action, and to Config.OnEvent as a typed value for counters and alerts.
+// OnEvent runs synchronously on the goroutine that caused the event, so it
+// must be quick; events never carry a password. Client.Stats returns a
+// snapshot (per-node breaker state and counters, budgets, refresh and
+// divergence counts) that is cheap enough to read on every metrics scrape.
+// Exporters live outside the core module; examples/prometheus shows one for
+// client_golang.
+//
 // A Client owns no background goroutines of its own; go-redis's short-lived
 // reload goroutines finish on their own, and Close closes every pool.
 package redisguard

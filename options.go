@@ -153,6 +153,21 @@ type Config struct {
 	// Logger receives breaker transitions, refreshes and other decisions.
 	// default: nil, no logging
 	Logger *slog.Logger
+
+	// OnEvent, if set, receives every Event: breaker transitions, topology
+	// refreshes, pool exhaustion and divergence decisions, as typed values
+	// for metrics and alerts. The same events go to Logger.
+	//
+	// It is called synchronously, on the goroutine that caused the event:
+	// usually a caller's command, sometimes a go-redis background reload.
+	// It must return quickly and never block (count, or send on a buffered
+	// channel with select/default), because the command waits for it. It
+	// may be called from many goroutines at once, and events that happen at
+	// nearly the same time may arrive out of order (Event.Time orders them).
+	// It must not call the Client. A panic in it is recovered and logged
+	// at error level; the command goes on unaffected.
+	// default: nil, no callback
+	OnEvent func(Event)
 }
 
 // invalid builds a configuration error that names the offending field.

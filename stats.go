@@ -19,6 +19,36 @@ type Stats struct {
 	TopologyRefreshFailures uint64 `json:"topology_refresh_failures"`
 	// LastRefreshDuration is how long the last refresh took.
 	LastRefreshDuration time.Duration `json:"last_refresh_duration_ns"`
+
+	// Divergence counts the decisions taken on commands that ended in a
+	// redirect cycle (Cluster mode), by outcome.
+	Divergence DivergenceStats `json:"divergence"`
+
+	// MaxConnections is each node's ordinary budget (Config.MaxConnections
+	// with its default resolved).
+	MaxConnections int `json:"max_connections"`
+	// MaxLongConnections is the long budget all nodes share
+	// (Config.MaxLongConnections with its default resolved).
+	MaxLongConnections int `json:"max_long_connections"`
+	// PoolExhaustions counts operations refused with ErrPoolExhausted for
+	// want of an ordinary connection, summed over Nodes.
+	PoolExhaustions uint64 `json:"pool_exhaustions"`
+	// LongInUse is the number of long permits held right now: blocking
+	// calls and blocking batches in flight, plus open subscription
+	// connections. Calls wait once it reaches MaxLongConnections.
+	LongInUse int `json:"long_in_use"`
+	// LongExhaustions counts long operations refused with ErrPoolExhausted
+	// for want of a long permit.
+	LongExhaustions uint64 `json:"long_exhaustions"`
+}
+
+// DivergenceStats counts redirect-cycle decisions. A command may be counted
+// under Converging several times before it ends in one of the others.
+type DivergenceStats struct {
+	Converging        uint64 `json:"converging"`          // back-offs while slot ownership converged
+	Recovered         uint64 `json:"recovered"`           // commands answered after backing off
+	Failover          uint64 `json:"failover"`            // ErrClusterFailover raised
+	SlotMapCorruption uint64 `json:"slot_map_corruption"` // ErrSlotMapCorruption raised
 }
 
 // NodeStats is one node's breaker.
@@ -28,6 +58,14 @@ type NodeStats struct {
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	LastTransition      time.Time `json:"last_transition"`
 	Opens               uint64    `json:"opens"` // times the breaker opened
+
+	// InFlight is the number of commands and pipelines in progress on the
+	// node right now, including those still waiting for capacity. A sick
+	// node shows it climbing towards the number of callers.
+	InFlight int64 `json:"in_flight"`
+	// PoolExhaustions counts operations on the node refused with
+	// ErrPoolExhausted.
+	PoolExhaustions uint64 `json:"pool_exhaustions"`
 }
 
 // Stats returns a snapshot of the client's guard state.
@@ -41,13 +79,21 @@ func (c *Client) Stats() Stats {
 			ConsecutiveFailures: snap.ConsecutiveFailures,
 			LastTransition:      snap.LastTransition,
 			Opens:               snap.Opens,
+			InFlight:            n.inFlight.Load(),
+			PoolExhaustions:     n.exhaustions.Load(),
 		})
+		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
 	}
+	s.MaxConnections = c.cfg.MaxConnections
+	s.MaxLongConnections = c.cfg.MaxLongConnections
+	s.LongInUse = len(c.adm.permits)
+	s.LongExhaustions = c.adm.exhaustions.Load()
 	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Addr < s.Nodes[j].Addr })
 	if t := c.topo; t != nil {
 		s.TopologyRefreshes = t.fetches.Load()
 		s.TopologyRefreshFailures = t.failures.Load()
 		s.LastRefreshDuration = time.Duration(t.lastDur.Load())
 	}
+	s.Divergence = c.div.stats()
 	return s
 }

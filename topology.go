@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -106,20 +107,26 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	v, err, shared := t.sf.Do("slots", func() (any, error) {
 		start := time.Now()
 		t.nextFetch.Store(t.c.clock.Now().Add(interval()).UnixNano())
+		t.c.emit(Event{Kind: EventRefreshStarted})
 		err := send(ctx, sc)
+		took := time.Since(start)
 		if isGuardError(err) {
-			return nil, err // breaker open: nothing was sent; go-redis tries another node
+			// Breaker open: nothing was sent, so nothing is counted, but
+			// the start above still gets its ending; go-redis tries
+			// another node.
+			t.c.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
+			return nil, err
 		}
 		t.fetches.Add(1)
-		t.lastDur.Store(int64(time.Since(start)))
+		t.lastDur.Store(int64(took))
 		if err != nil {
 			t.failures.Add(1)
-			t.c.log.Warn("redisguard: topology refresh failed", "err", err)
+			t.c.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
 			return nil, err
 		}
 		slots := sc.Val()
 		t.slots.Store(&slots)
-		t.c.log.Debug("redisguard: topology refreshed", "duration", time.Since(start), "ranges", len(slots))
+		t.c.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
 		return slots, nil
 	})
 	if err != nil {

@@ -1,0 +1,302 @@
+package redisguard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventBreakerOpened: a node failed NodeFailureThreshold times in a row
+	// (or failed its recovery probe); its commands now fail fast with
+	// ErrNodeUnavailable. Addr is the node.
+	EventBreakerOpened EventKind = iota + 1
+	// EventBreakerHalfOpen: NodeRecoveryTime has passed; the next command
+	// for the node is let through as a probe. Addr is the node.
+	EventBreakerHalfOpen
+	// EventBreakerClosed: the probe succeeded; the node serves normally.
+	// Addr is the node.
+	EventBreakerClosed
+	// EventRefreshStarted: a CLUSTER SLOTS is about to be sent (Cluster
+	// mode; refreshes answered from the shared, rate-limited map send
+	// nothing and report nothing). Exactly one EventRefreshFinished or
+	// EventRefreshFailed follows it.
+	EventRefreshStarted
+	// EventRefreshFinished: the slot map was fetched. Duration is how long
+	// that took.
+	EventRefreshFinished
+	// EventRefreshFailed: the fetch failed, or the node's breaker refused
+	// it; go-redis asks another node. Duration and Err say how long and why.
+	EventRefreshFailed
+	// EventPoolExhausted: a command waited PoolTimeout for capacity and
+	// failed with ErrPoolExhausted; nothing was sent. Budget says which
+	// budget ran dry; Addr is the node for the ordinary budget, which is
+	// per node, and empty for the long budget, which all nodes share.
+	EventPoolExhausted
+	// EventDivergence: a command met a MOVED cycle on Slot and redisguard
+	// decided what to do (Decision). Duration is the time since the first
+	// cycle on the slot; Addr is the claimant with the highest configEpoch,
+	// if any; Err is the error the command fails with, if it fails.
+	EventDivergence
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventBreakerOpened:
+		return "breaker-opened"
+	case EventBreakerHalfOpen:
+		return "breaker-half-open"
+	case EventBreakerClosed:
+		return "breaker-closed"
+	case EventRefreshStarted:
+		return "refresh-started"
+	case EventRefreshFinished:
+		return "refresh-finished"
+	case EventRefreshFailed:
+		return "refresh-failed"
+	case EventPoolExhausted:
+		return "pool-exhausted"
+	case EventDivergence:
+		return "divergence"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Budget names a capacity budget (see Config.MaxConnections and
+// Config.MaxLongConnections).
+type Budget string
+
+const (
+	// BudgetOrdinary is a node's MaxConnections.
+	BudgetOrdinary Budget = "ordinary"
+	// BudgetLong is the MaxLongConnections permits that blocking commands
+	// and subscriptions share across nodes.
+	BudgetLong Budget = "long"
+)
+
+// Event is one thing worth telling an operator about: a breaker transition,
+// a topology refresh, a command refused for lack of capacity, a decision
+// about a contested slot. It is a plain value, safe to keep, compare and
+// marshal. Only the fields the Kind documents are set; the others are zero.
+//
+// An Event never contains a password: Err has the configured passwords
+// removed, and no other field is derived from credentials.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	// Time is when it happened, by the client's clock.
+	Time time.Time `json:"time"`
+	// Addr is the node (host:port, or "sentinel-master:<name>" for a
+	// Sentinel-managed master, whose address changes with failovers).
+	Addr string `json:"addr,omitempty"`
+	// Duration is how long a refresh took, or how long a slot has been
+	// contested.
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	// Err is the failure, as text.
+	Err string `json:"err,omitempty"`
+	// Budget is the budget that ran dry (EventPoolExhausted).
+	Budget Budget `json:"budget,omitempty"`
+	// Slot is the contested hash slot (EventDivergence).
+	Slot int `json:"slot,omitempty"`
+	// Decision is what was decided about the slot (EventDivergence):
+	// "converging" (wait and retry), "failover" (fail with
+	// ErrClusterFailover) or "slot-map-corruption" (fail with
+	// ErrSlotMapCorruption).
+	Decision string `json:"decision,omitempty"`
+}
+
+// String renders the event as one line, as a log would.
+func (e Event) String() string {
+	var b strings.Builder
+	b.WriteString(e.Kind.String())
+	add := func(k, v string) {
+		if v != "" {
+			b.WriteString(" ")
+			b.WriteString(k)
+			b.WriteString("=")
+			b.WriteString(v)
+		}
+	}
+	add("addr", e.Addr)
+	add("budget", string(e.Budget))
+	if e.Kind == EventDivergence {
+		add("slot", strconv.Itoa(e.Slot))
+	}
+	add("decision", e.Decision)
+	if e.Duration != 0 {
+		add("duration", e.Duration.String())
+	}
+	if e.Err != "" {
+		add("err", strconv.Quote(e.Err))
+	}
+	return b.String()
+}
+
+// level is the slog level an event is logged at: what an operator must act
+// on is a warning, routine recovery is info, and the refresh chatter is
+// debug.
+func (e Event) level() slog.Level {
+	switch e.Kind {
+	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted:
+		return slog.LevelWarn
+	case EventRefreshStarted, EventRefreshFinished:
+		return slog.LevelDebug
+	case EventDivergence:
+		if e.Err != "" {
+			return slog.LevelWarn
+		}
+		return slog.LevelInfo
+	}
+	return slog.LevelInfo
+}
+
+// message is the log message for the event's kind.
+func (k EventKind) message() string {
+	switch k {
+	case EventBreakerOpened:
+		return "redisguard: node breaker opened"
+	case EventBreakerHalfOpen:
+		return "redisguard: node breaker half-open, probing"
+	case EventBreakerClosed:
+		return "redisguard: node breaker closed"
+	case EventRefreshStarted:
+		return "redisguard: topology refresh started"
+	case EventRefreshFinished:
+		return "redisguard: topology refreshed"
+	case EventRefreshFailed:
+		return "redisguard: topology refresh failed"
+	case EventPoolExhausted:
+		return "redisguard: pool exhausted"
+	case EventDivergence:
+		return "redisguard: redirect cycle on slot"
+	}
+	return "redisguard: event"
+}
+
+// attrs are the event's fields as log attributes, the set ones only.
+func (e Event) attrs(extra []slog.Attr) []slog.Attr {
+	out := make([]slog.Attr, 0, 6+len(extra))
+	out = append(out, slog.String("event", e.Kind.String()))
+	if e.Addr != "" {
+		out = append(out, slog.String("node", e.Addr))
+	}
+	if e.Budget != "" {
+		out = append(out, slog.String("budget", string(e.Budget)))
+	}
+	if e.Kind == EventDivergence {
+		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))
+	}
+	if e.Duration != 0 {
+		out = append(out, slog.Duration("duration", e.Duration))
+	}
+	if e.Err != "" {
+		out = append(out, slog.String("err", e.Err))
+	}
+	return append(out, extra...)
+}
+
+// emit reports e: it logs it through Config.Logger and hands it to
+// Config.OnEvent. attrs go to the log record only, for detail that is
+// useful to a reader but too unwieldy for an Event field (the views behind a
+// divergence decision, say).
+//
+// It runs on the goroutine that caused the event, usually a caller's command:
+// OnEvent's promise to return quickly is what keeps the command path fast.
+func (c *Client) emit(e Event, attrs ...slog.Attr) {
+	e = c.stamp(e)
+	c.logEvent(e, 0, attrs)
+	c.deliver(e)
+}
+
+// emitLimited is emit for events that may come once per command (pool
+// exhaustion under overload): OnEvent sees every one, but the log gets at
+// most one line per eventLogInterval from lim, which counts the lines it
+// held back and reports them with the next one.
+func (c *Client) emitLimited(e Event, lim *logLimiter) {
+	e = c.stamp(e)
+	if ok, held := lim.allow(e.Time); ok {
+		c.logEvent(e, held, nil)
+	}
+	c.deliver(e)
+}
+
+func (c *Client) stamp(e Event) Event {
+	if e.Time.IsZero() {
+		e.Time = c.clock.Now()
+	}
+	if e.Err != "" {
+		e.Err = redactSecrets(e.Err, c.cfg.Password, c.cfg.SentinelPassword)
+	}
+	return e
+}
+
+func (c *Client) logEvent(e Event, held uint64, extra []slog.Attr) {
+	ctx := context.Background()
+	level := e.level()
+	if !c.log.Enabled(ctx, level) {
+		return
+	}
+	if held > 0 {
+		extra = append(extra, slog.Uint64("similar_not_logged", held))
+	}
+	c.log.LogAttrs(ctx, level, e.Kind.message(), e.attrs(extra)...)
+}
+
+// deliver calls Config.OnEvent. A panic in it is recovered and logged at
+// error level: OnEvent also runs on go-redis's background goroutines (slot
+// map reloads), where a panic could not be caught by anyone and would end
+// the process, and an observer must never take the service down.
+func (c *Client) deliver(e Event) {
+	f := c.cfg.OnEvent
+	if f == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("redisguard: OnEvent panicked; event dropped",
+				"event", e.Kind.String(), "panic", fmt.Sprint(r))
+		}
+	}()
+	f(e)
+}
+
+// redactSecrets removes every non-empty secret from text. go-redis does
+// not put passwords in its errors, but a server's reply or a future version
+// might quote one; an event is often shipped off the host.
+func redactSecrets(text string, secrets ...string) string {
+	for _, s := range secrets {
+		if s != "" {
+			text = strings.ReplaceAll(text, s, "[redacted]")
+		}
+	}
+	return text
+}
+
+// eventLogInterval is the least spacing of log lines from one logLimiter.
+const eventLogInterval = time.Second
+
+// logLimiter lets one log line through per eventLogInterval and counts the
+// rest. The zero value is ready. It is lock-free: it sits on the path of
+// commands that have just failed, possibly thousands at once.
+type logLimiter struct {
+	next atomic.Int64  // unix ns before which lines are held back
+	held atomic.Uint64 // lines held back since the last one logged
+}
+
+// allow reports whether a line may be logged at now, and how many were held
+// back before it.
+func (l *logLimiter) allow(now time.Time) (ok bool, held uint64) {
+	ns := now.UnixNano()
+	next := l.next.Load()
+	if ns < next || !l.next.CompareAndSwap(next, ns+int64(eventLogInterval)) {
+		l.held.Add(1)
+		return false, 0
+	}
+	return true, l.held.Swap(0)
+}

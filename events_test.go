@@ -1,0 +1,354 @@
+package redisguard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/faultproxy"
+)
+
+// eventLog collects what OnEvent receives and what the Logger writes.
+type eventLog struct {
+	mu      sync.Mutex
+	events  []Event   // guarded by mu
+	records []logLine // guarded by mu
+}
+
+type logLine struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+func (l *eventLog) onEvent(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) kinds() []EventKind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []EventKind
+	for _, e := range l.events {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func (l *eventLog) all() ([]Event, []logLine) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Event(nil), l.events...), append([]logLine(nil), l.records...)
+}
+
+// logger returns a *slog.Logger that records into l at every level.
+func (l *eventLog) logger() *slog.Logger { return slog.New(logHandler{l}) }
+
+type logHandler struct{ l *eventLog }
+
+func (logHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h logHandler) Handle(_ context.Context, r slog.Record) error {
+	line := logLine{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		line.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	h.l.records = append(h.l.records, line)
+	return nil
+}
+func (h logHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestEventKindString(t *testing.T) {
+	for _, tc := range []struct {
+		k    EventKind
+		want string
+	}{
+		{EventBreakerOpened, "breaker-opened"},
+		{EventBreakerHalfOpen, "breaker-half-open"},
+		{EventBreakerClosed, "breaker-closed"},
+		{EventRefreshStarted, "refresh-started"},
+		{EventRefreshFinished, "refresh-finished"},
+		{EventRefreshFailed, "refresh-failed"},
+		{EventPoolExhausted, "pool-exhausted"},
+		{EventDivergence, "divergence"},
+		{0, "EventKind(0)"},
+		{200, "EventKind(200)"},
+	} {
+		assert.Equal(t, tc.want, tc.k.String())
+	}
+}
+
+func TestEventStringAndJSON(t *testing.T) {
+	for _, tc := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{Kind: EventBreakerOpened, Addr: "10.0.0.1:6379"}, "breaker-opened addr=10.0.0.1:6379"},
+		{Event{Kind: EventRefreshFailed, Duration: 3 * time.Millisecond, Err: "i/o timeout"}, `refresh-failed duration=3ms err="i/o timeout"`},
+		{Event{Kind: EventPoolExhausted, Addr: "a:1", Budget: BudgetOrdinary}, "pool-exhausted addr=a:1 budget=ordinary"},
+		{Event{Kind: EventPoolExhausted, Budget: BudgetLong}, "pool-exhausted budget=long"},
+		{Event{Kind: EventDivergence, Slot: 0, Decision: "converging", Duration: time.Second}, "divergence slot=0 decision=converging duration=1s"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.e.String())
+			body, err := json.Marshal(tc.e)
+			require.NoError(t, err)
+			var back Event
+			require.NoError(t, json.Unmarshal(body, &back))
+			assert.Equal(t, tc.e, back, "round trip through JSON: %s", body)
+		})
+	}
+}
+
+// A node's breaker going open, half-open and closed again is reported to
+// OnEvent and to the log, at the levels an operator needs, with the node and
+// the client's clock.
+func TestBreakerEvents(t *testing.T) {
+	srv := miniredis.RunT(t)
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	rec := &eventLog{}
+	c, err := newClient(Config{
+		Addrs: []string{srv.Addr()}, NodeFailureThreshold: 2, NodeRecoveryTime: time.Minute,
+		DialTimeout: time.Second, ReadTimeout: time.Second,
+		OnEvent: rec.onEvent, Logger: rec.logger(),
+	}, clk)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	assert.Empty(t, rec.kinds(), "a healthy command reports nothing")
+
+	srv.Close() // refused dials count as failures
+	for range 2 {
+		require.Error(t, c.Get(ctx, "k").Err())
+	}
+	require.ErrorIs(t, c.Get(ctx, "k").Err(), ErrNodeUnavailable)
+	require.Equal(t, []EventKind{EventBreakerOpened}, rec.kinds())
+
+	require.NoError(t, srv.Restart())
+	clk.Advance(time.Minute)
+	require.NoError(t, c.Get(ctx, "k").Err(), "the probe reaches the restarted server")
+	require.Equal(t, []EventKind{EventBreakerOpened, EventBreakerHalfOpen, EventBreakerClosed}, rec.kinds())
+
+	events, lines := rec.all()
+	wantLevels := []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelInfo}
+	wantFrom := []string{"closed", "open", "half-open"}
+	wantTime := []time.Time{clk.Now().Add(-time.Minute), clk.Now(), clk.Now()}
+	require.Len(t, lines, 3)
+	for i, e := range events {
+		assert.Equal(t, srv.Addr(), e.Addr)
+		assert.Equal(t, wantTime[i], e.Time, "event time comes from the client's clock")
+		assert.Zero(t, e.Err+string(e.Budget)+e.Decision)
+		assert.Equal(t, wantLevels[i], lines[i].level, "log level of %v", e.Kind)
+		assert.Equal(t, e.Kind.message(), lines[i].msg)
+		assert.Equal(t, e.Kind.String(), lines[i].attrs["event"])
+		assert.Equal(t, srv.Addr(), lines[i].attrs["node"])
+		assert.Equal(t, wantFrom[i], lines[i].attrs["from"])
+	}
+}
+
+// A command that waits PoolTimeout for a connection is reported once, with
+// the node and the budget, and counted in Stats.
+func TestPoolExhaustedEvent(t *testing.T) {
+	srv := miniredis.RunT(t)
+	proxy, err := faultproxy.New(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	rec := &eventLog{}
+	c := newTestClient(t, Config{
+		Addrs: []string{proxy.Addr()}, MaxConnections: 1, PoolTimeout: 100 * time.Millisecond,
+		ReadTimeout: 2 * time.Second, OnEvent: rec.onEvent, Logger: rec.logger(),
+	})
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+
+	// One command hangs on the only connection; the next finds none free.
+	require.NoError(t, proxy.SetMode(faultproxy.Blackhole))
+	hung := make(chan error, 1)
+	go func() { hung <- c.Get(ctx, "k").Err() }()
+	require.Eventually(t, func() bool { return c.Stats().Nodes[0].InFlight == 1 }, 5*time.Second, time.Millisecond)
+	st := c.Stats()
+	assert.Equal(t, 1, st.MaxConnections)
+	assert.Equal(t, 1, st.MaxLongConnections)
+
+	for range 3 {
+		err = c.Get(ctx, "k").Err()
+		require.ErrorIs(t, err, ErrPoolExhausted)
+	}
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Get(ctx, "a")
+		p.Get(ctx, "b")
+		return nil
+	})
+	require.ErrorIs(t, err, ErrPoolExhausted)
+	require.NoError(t, proxy.SetMode(faultproxy.Pass))
+	require.Error(t, <-hung, "the hung command times out")
+
+	events, lines := rec.all()
+	require.Len(t, events, 4, "one event per operation, the pipeline included: %v", events)
+	for _, e := range events {
+		assert.Equal(t, Event{Kind: EventPoolExhausted, Addr: proxy.Addr(), Budget: BudgetOrdinary, Time: e.Time}, e)
+	}
+	// The log gets one line a second: an overloaded service must not also
+	// drown in its own warnings.
+	require.Len(t, lines, 1, "%v", lines)
+	assert.Equal(t, slog.LevelWarn, lines[0].level)
+	assert.Equal(t, "ordinary", lines[0].attrs["budget"])
+
+	st = c.Stats()
+	assert.Equal(t, uint64(4), st.PoolExhaustions)
+	assert.Equal(t, uint64(4), st.Nodes[0].PoolExhaustions)
+	assert.Zero(t, st.Nodes[0].InFlight)
+}
+
+// Cluster mode reports each CLUSTER SLOTS it sends as a started/finished
+// pair, and a failure with its cause, never with the password.
+func TestRefreshEvents(t *testing.T) {
+	const password = "hunter2-Secret"
+	srv := miniredis.RunT(t) // answers CLUSTER SLOTS as a one-node cluster
+	srv.RequireAuth(password)
+	rec := &eventLog{}
+	c := newTestClient(t, Config{
+		Mode: ModeCluster, Addrs: []string{srv.Addr()}, Password: password,
+		OnEvent: rec.onEvent, Logger: rec.logger(),
+	})
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	require.Equal(t, []EventKind{EventRefreshStarted, EventRefreshFinished}, rec.kinds())
+	events, _ := rec.all()
+	assert.Positive(t, events[1].Duration)
+	assert.Equal(t, uint64(1), c.Stats().TopologyRefreshes)
+
+	srv.SetError("ERR broken, and by the way the password is " + password)
+	time.Sleep(refreshMinInterval + refreshJitter) // let the rate limit pass
+	topo := c.topo
+	topo.force()
+	require.Eventually(t, func() bool {
+		k := rec.kinds()
+		return len(k) >= 4 && k[len(k)-1] == EventRefreshFailed
+	}, 10*time.Second, 10*time.Millisecond)
+
+	events, lines := rec.all()
+	failed := events[len(events)-1]
+	assert.Equal(t, EventRefreshStarted, events[len(events)-2].Kind)
+	assert.Contains(t, failed.Err, "ERR broken")
+	assert.Contains(t, failed.Err, "[redacted]")
+	assert.Positive(t, failed.Duration)
+	for _, e := range events {
+		assert.NotContains(t, fmt.Sprintf("%#v", e), password)
+	}
+	var sawWarn bool
+	for _, l := range lines {
+		assert.NotContains(t, fmt.Sprint(l), password)
+		if l.msg == EventRefreshFailed.message() {
+			sawWarn = l.level == slog.LevelWarn
+		}
+		if l.msg == EventRefreshStarted.message() {
+			assert.Equal(t, slog.LevelDebug, l.level)
+		}
+	}
+	assert.True(t, sawWarn, "a failed refresh is logged as a warning")
+}
+
+// A panicking OnEvent is the observer's bug: the command is unaffected and
+// the panic is logged.
+func TestOnEventPanicIsRecovered(t *testing.T) {
+	srv := miniredis.RunT(t)
+	rec := &eventLog{}
+	clk := clock.NewFake(time.Now())
+	c, err := newClient(Config{
+		Addrs: []string{srv.Addr()}, NodeFailureThreshold: 1, NodeRecoveryTime: time.Minute,
+		OnEvent: func(Event) { panic("observer bug") }, Logger: rec.logger(),
+	}, clk)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t, 10*time.Second)
+	srv.Close()
+	err = c.Get(ctx, "k").Err()
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNodeUnavailable, "the failing command itself gets its own error")
+	require.ErrorIs(t, c.Get(ctx, "k").Err(), ErrNodeUnavailable, "the breaker opened despite the panic")
+
+	_, lines := rec.all()
+	var found bool
+	for _, l := range lines {
+		if l.level == slog.LevelError && strings.Contains(l.msg, "OnEvent panicked") {
+			found = l.attrs["panic"] == "observer bug" && l.attrs["event"] == "breaker-opened"
+		}
+	}
+	assert.True(t, found, "panic not logged: %v", lines)
+}
+
+// The divergence engineer's and the admission engineer's calls, as they
+// will be made: what each kind logs, and at which level.
+func TestEmitLevelsAndDetail(t *testing.T) {
+	const password = "pa55word-x"
+	for _, tc := range []struct {
+		name  string
+		e     Event
+		extra []slog.Attr
+		level slog.Level
+		want  map[string]string
+	}{
+		{name: "converging is routine", e: Event{Kind: EventDivergence, Slot: 42, Decision: "converging", Duration: 30 * time.Millisecond, Addr: "n1:7000"},
+			extra: []slog.Attr{slog.String("views", "n1 says n2")}, level: slog.LevelInfo,
+			want: map[string]string{"slot": "42", "decision": "converging", "node": "n1:7000", "duration": "30ms", "views": "n1 says n2"}},
+		{name: "a failing decision warns", e: Event{Kind: EventDivergence, Slot: 7, Decision: "failover", Err: "redisguard: cluster failover in progress: " + password},
+			level: slog.LevelWarn, want: map[string]string{"slot": "7", "decision": "failover", "err": "redisguard: cluster failover in progress: [redacted]"}},
+		{name: "long budget", e: Event{Kind: EventPoolExhausted, Budget: BudgetLong},
+			level: slog.LevelWarn, want: map[string]string{"budget": "long", "event": "pool-exhausted"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &eventLog{}
+			c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}, Password: password, OnEvent: rec.onEvent, Logger: rec.logger()})
+			c.emit(tc.e, tc.extra...)
+			events, lines := rec.all()
+			require.Len(t, events, 1)
+			require.Len(t, lines, 1)
+			assert.False(t, events[0].Time.IsZero())
+			assert.NotContains(t, events[0].Err, password)
+			assert.Equal(t, tc.level, lines[0].level)
+			for k, v := range tc.want {
+				assert.Equal(t, v, lines[0].attrs[k], "attr %s", k)
+			}
+		})
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	var l logLimiter
+	t0 := time.Unix(1000, 0)
+	for _, step := range []struct {
+		at       time.Duration
+		ok       bool
+		wantHeld uint64
+	}{
+		{0, true, 0},
+		{time.Millisecond, false, 0},
+		{500 * time.Millisecond, false, 0},
+		{eventLogInterval - 1, false, 0},
+		{eventLogInterval, true, 3},
+		{eventLogInterval + 1, false, 0},
+		{10 * eventLogInterval, true, 1},
+	} {
+		ok, held := l.allow(t0.Add(step.at))
+		assert.Equal(t, step.ok, ok, "at %v", step.at)
+		assert.Equal(t, step.wantHeld, held, "held back before %v", step.at)
+	}
+}
