@@ -1,0 +1,801 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// longBuilt reports whether the client has built its long client.
+func longBuilt(c *Client) bool {
+	c.adm.mu.Lock()
+	defer c.adm.mu.Unlock()
+	return c.adm.long != nil
+}
+
+// blockedClients is the server's count of clients parked in a blocking call.
+func blockedClients(t *testing.T, s *redistest.Server) int {
+	n, err := strconv.Atoi(s.Info(t, "clients")["blocked_clients"])
+	require.NoError(t, err)
+	return n
+}
+
+// waitBlocked waits until s has n clients parked in a blocking call.
+func waitBlocked(t *testing.T, s *redistest.Server, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return blockedClients(t, s) == n }, 10*time.Second, 5*time.Millisecond,
+		"waiting for %d blocked clients on %s", n, s.Addr)
+}
+
+// shortBLPop is a BLPOP with a 50ms timeout, which the typed BLPop would
+// round up to a second.
+func shortBLPop(ctx context.Context, c *Client, key string) error {
+	return c.Do(ctx, "blpop", key, "0.05").Err()
+}
+
+// ordinaryConns is the number of connections the ordinary pool holds.
+func ordinaryConns(c *Client) uint32 {
+	return c.UniversalClient.(*redis.Client).PoolStats().TotalConns
+}
+
+// A blocking command, whichever way it is sent, runs on the long client and
+// holds a long permit while it waits; an ordinary command never builds the
+// long client.
+func TestAdmissionRouting(t *testing.T) {
+	srv := redistest.StartServer(t)
+	blocking := []struct {
+		name string
+		call func(ctx context.Context, c *Client) error
+	}{
+		{"typed BLPOP", func(ctx context.Context, c *Client) error {
+			return c.BLPop(ctx, time.Second, "route:list").Err()
+		}},
+		{"BLPOP through Do", func(ctx context.Context, c *Client) error {
+			return c.Do(ctx, "blpop", "route:list", "1").Err()
+		}},
+		{"XREAD BLOCK", func(ctx context.Context, c *Client) error {
+			return c.XRead(ctx, &redis.XReadArgs{Streams: []string{"route:stream", "$"}, Block: time.Second}).Err()
+		}},
+		{"BZPOPMIN", func(ctx context.Context, c *Client) error {
+			return c.BZPopMin(ctx, time.Second, "route:zset").Err()
+		}},
+	}
+	for _, tc := range blocking {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxConnections: 2, MaxLongConnections: 2})
+			ctx := testCtx(t, 20*time.Second)
+			require.False(t, longBuilt(c))
+
+			done := make(chan error, 1)
+			go func() { done <- tc.call(ctx, c) }()
+			waitBlocked(t, srv, 1)
+			assert.Equal(t, 1, c.Stats().LongInUse, "the blocking call holds no long permit")
+			assert.Zero(t, ordinaryConns(c), "the blocking call took an ordinary connection")
+			assert.True(t, longBuilt(c))
+			assert.Equal(t, redis.Nil, <-done)
+			assert.Zero(t, c.Stats().LongInUse)
+		})
+	}
+
+	t.Run("ordinary commands", func(t *testing.T) {
+		c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+		ctx := testCtx(t, 20*time.Second)
+		require.NoError(t, c.Set(ctx, "route:k", "v", time.Minute).Err())
+		require.NoError(t, c.Get(ctx, "route:k").Err())
+		require.ErrorIs(t, c.Do(ctx, "lpop", "route:nothing").Err(), redis.Nil)
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Get(ctx, "route:k")
+			p.XRead(ctx, &redis.XReadArgs{Streams: []string{"route:stream", "0"}, Count: 1, Block: -1}) // no BLOCK: ordinary
+			return nil
+		})
+		require.ErrorIs(t, err, redis.Nil)
+		_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.BLPop(ctx, time.Second, "route:list") // never blocks inside MULTI
+			return nil
+		})
+		require.ErrorIs(t, err, redis.Nil)
+		assert.False(t, longBuilt(c), "an ordinary command built the long client")
+	})
+}
+
+// In Cluster mode a blocking command runs on a dedicated connection to the
+// master of its key's slot.
+func TestAdmissionRoutingCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), MaxLongConnections: 4})
+	ctx := testCtx(t, 30*time.Second)
+	for i, m := range cl.Masters {
+		key := cl.KeyOn(t, m, "route:cluster:")
+		done := make(chan error, 2)
+		go func() { done <- c.BLPop(ctx, time.Second, key).Err() }()
+		go func() { done <- c.Do(ctx, "blmpop", "1", "1", key, "left").Err() }()
+		waitBlocked(t, m, 2)
+		for _, other := range cl.Masters {
+			if other != m {
+				assert.Zero(t, blockedClients(t, other), "master %d: the call went to %s", i, other.Addr)
+			}
+		}
+		assert.Equal(t, 2, c.Stats().LongInUse)
+		assert.Equal(t, redis.Nil, <-done)
+		assert.Equal(t, redis.Nil, <-done)
+	}
+	assert.True(t, longBuilt(c))
+}
+
+// In Sentinel mode blocking calls follow the master like everything else,
+// can be cancelled, and are refused inside Watch.
+func TestAdmissionSentinel(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	c := newTestClient(t, Config{Addrs: g.Addrs(), MasterName: g.MasterName})
+	ctx := testCtx(t, 30*time.Second)
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.BLPop(cctx, 0, "sentinel:list").Err() }()
+	waitBlocked(t, g.Master, 1)
+	assert.Equal(t, 1, c.Stats().LongInUse)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	waitBlocked(t, g.Master, 0)
+
+	err := c.Watch(ctx, func(tx *redis.Tx) error {
+		return tx.BLPop(ctx, time.Second, "sentinel:list").Err()
+	}, "sentinel:list")
+	assert.ErrorIs(t, err, ErrBlockingInWatch)
+
+	require.NoError(t, c.RPush(ctx, "sentinel:list", "x").Err())
+	assert.Equal(t, []string{"sentinel:list", "x"}, c.BLPop(ctx, time.Second, "sentinel:list").Val())
+}
+
+// The subscription rules, with a budget of one permit.
+func TestLongBudgetSubscriptions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const poolTimeout = 300 * time.Millisecond
+	subscribe := []struct {
+		name string
+		open func(ctx context.Context, c *Client, ch string) *redis.PubSub
+		drop func(ctx context.Context, ps *redis.PubSub, ch string) error
+	}{
+		{"SUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.Subscribe(ctx, ch) },
+			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.Unsubscribe(ctx, ch) }},
+		{"PSUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.PSubscribe(ctx, ch+"*") },
+			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.PUnsubscribe(ctx, ch+"*") }},
+		{"SSUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.SSubscribe(ctx, ch) },
+			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.SUnsubscribe(ctx, ch) }},
+	}
+	for _, tc := range subscribe {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: poolTimeout})
+			ctx := testCtx(t, 30*time.Second)
+			blpop := func() error { return shortBLPop(ctx, c, "subs:list") }
+			exhausted := func(why string) {
+				t.Helper()
+				start := time.Now()
+				err := blpop()
+				assert.ErrorIs(t, err, ErrPoolExhausted, why)
+				assert.GreaterOrEqual(t, time.Since(start), poolTimeout-10*time.Millisecond, "failed before PoolTimeout")
+			}
+
+			empty := c.Subscribe(ctx)
+			defer empty.Close()
+			require.Equal(t, redis.Nil, blpop(), "an unused Subscribe() holds the permit")
+			assert.Zero(t, c.Stats().LongInUse)
+
+			ps := tc.open(ctx, c, "subs:ch")
+			_, err := ps.Receive(ctx) // the confirmation: the subscription runs
+			require.NoError(t, err)
+			assert.Equal(t, 1, c.Stats().LongInUse)
+			exhausted("a running subscription must hold the permit")
+
+			require.NoError(t, tc.drop(ctx, ps, "subs:ch"))
+			_, err = ps.Receive(ctx)
+			require.NoError(t, err)
+			exhausted("the connection stays reserved after Unsubscribe")
+
+			require.NoError(t, ps.Close())
+			assert.Zero(t, c.Stats().LongInUse)
+			require.Equal(t, redis.Nil, blpop(), "PubSub.Close must release the permit")
+			assert.Equal(t, uint64(2), c.Stats().LongExhaustions)
+		})
+	}
+
+	t.Run("subscribing with the budget spent", func(t *testing.T) {
+		c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: poolTimeout})
+		ctx := testCtx(t, 30*time.Second)
+		first := c.Subscribe(ctx, "subs:a")
+		defer first.Close()
+		_, err := first.Receive(ctx)
+		require.NoError(t, err)
+		second := c.Subscribe(ctx)
+		defer second.Close()
+		assert.ErrorIs(t, second.Subscribe(ctx, "subs:b"), ErrPoolExhausted)
+		assert.Equal(t, 1, c.Stats().LongInUse)
+	})
+
+	// go-redis redials a subscription whose connection dies and subscribes
+	// again; the old connection's permit must come back and the new one's
+	// be taken, once each.
+	t.Run("reconnect", func(t *testing.T) {
+		c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 2, PoolTimeout: poolTimeout})
+		ctx := testCtx(t, 30*time.Second)
+		ps := c.Subscribe(ctx, "subs:reconnect")
+		defer ps.Close()
+		_, err := ps.Receive(ctx)
+		require.NoError(t, err)
+		for range 3 {
+			require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+			// Receive sees the dead connection, redials and resubscribes.
+			require.Eventually(t, func() bool {
+				_ = c.Publish(ctx, "subs:reconnect", "hello").Err()
+				msg, err := ps.ReceiveTimeout(ctx, 100*time.Millisecond)
+				m, ok := msg.(*redis.Message)
+				return err == nil && ok && m.Payload == "hello"
+			}, 10*time.Second, 10*time.Millisecond)
+			assert.Equal(t, 1, c.Stats().LongInUse, "a reconnect leaked or double-counted a permit")
+		}
+		require.NoError(t, ps.Close())
+		assert.Zero(t, c.Stats().LongInUse)
+	})
+}
+
+// A transaction uses ordinary capacity even with BLPOP inside, so it runs
+// while the whole long budget is held elsewhere.
+func TestLongBudgetTransactionIsOrdinary(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: 300 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	ps := c.Subscribe(ctx, "tx:ch")
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, c.Stats().LongInUse)
+
+	require.NoError(t, c.RPush(ctx, "tx:list", "a").Err())
+	start := time.Now()
+	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.BLPop(ctx, 5*time.Second, "tx:list")
+		p.BLPop(ctx, 5*time.Second, "tx:list") // empty by now: nil at once, inside EXEC
+		p.Set(ctx, "tx:k", "v", time.Minute)
+		return nil
+	})
+	assert.ErrorIs(t, err, redis.Nil)
+	assert.Less(t, time.Since(start), 2*time.Second, "the transaction waited")
+	assert.Equal(t, []string{"tx:list", "a"}, cmds[0].(*redis.StringSliceCmd).Val())
+	assert.Equal(t, "v", c.Get(ctx, "tx:k").Val())
+	assert.Zero(t, c.Stats().LongExhaustions)
+	assert.False(t, longBuilt(c))
+}
+
+// A non-transactional pipeline with blocking commands takes exactly one
+// permit and runs them in order on one long connection.
+func TestLongBudgetBlockingPipeline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 2, PoolTimeout: 300 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+
+	type result struct {
+		cmds []redis.Cmder
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.BLPop(ctx, 5*time.Second, "pipe:a")
+			p.Get(ctx, "pipe:k")
+			p.BLPop(ctx, 5*time.Second, "pipe:b")
+			return nil
+		})
+		done <- result{cmds, err}
+	}()
+	waitBlocked(t, srv, 1)
+	assert.Equal(t, 1, c.Stats().LongInUse, "a blocking pipeline holds exactly one permit")
+	assert.Zero(t, ordinaryConns(c))
+
+	// A second long call still fits; a third would not.
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "pipe:other"))
+
+	require.NoError(t, srv.Admin().Set(ctx, "pipe:k", "v", time.Minute).Err())
+	require.NoError(t, srv.Admin().RPush(ctx, "pipe:a", "1").Err())
+	waitBlocked(t, srv, 1) // now on pipe:b: the commands run in order
+	require.NoError(t, srv.Admin().RPush(ctx, "pipe:b", "2").Err())
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, []string{"pipe:a", "1"}, r.cmds[0].(*redis.StringSliceCmd).Val())
+	assert.Equal(t, "v", r.cmds[1].(*redis.StringCmd).Val())
+	assert.Equal(t, []string{"pipe:b", "2"}, r.cmds[2].(*redis.StringSliceCmd).Val())
+	assert.Zero(t, c.Stats().LongInUse)
+}
+
+// Inside Watch a blocking command is refused at once, with nothing sent and
+// the long client untouched; queued in a transaction it is fine.
+func TestWatchRejectsBlocking(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"standalone", Config{Addrs: []string{srv.Addr}}},
+		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestClient(t, tc.cfg)
+			ctx := testCtx(t, 30*time.Second)
+			const key = "{watch}list"
+			require.NoError(t, c.Set(ctx, "{watch}k", "1", time.Minute).Err())
+			err := c.Watch(ctx, func(tx *redis.Tx) error {
+				for name, call := range map[string]func() error{
+					"typed": func() error { return tx.BLPop(ctx, 5*time.Second, key).Err() },
+					"Do":    func() error { return tx.Do(ctx, "blpop", key, "5").Err() },
+					"pipeline": func() error {
+						_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+							p.Get(ctx, "{watch}k")
+							p.BLPop(ctx, 5*time.Second, key)
+							return nil
+						})
+						return err
+					},
+				} {
+					start := time.Now()
+					assert.ErrorIs(t, call(), ErrBlockingInWatch, name)
+					assert.Less(t, time.Since(start), time.Second, "%s: the refusal was not immediate", name)
+				}
+				assert.ErrorIs(t, tx.Do(ctx, "subscribe", "{watch}ch").Err(), ErrHoldingCommand)
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.BLPop(ctx, 5*time.Second, key)
+					p.Incr(ctx, "{watch}k")
+					return nil
+				})
+				assert.ErrorIs(t, err, redis.Nil, "a transaction with BLPOP must run")
+				return nil
+			}, "{watch}k")
+			require.NoError(t, err)
+			assert.Equal(t, "2", c.Get(ctx, "{watch}k").Val())
+			assert.False(t, longBuilt(c), "a command inside Watch reached the long client")
+
+			// Outside Watch the same client still routes blocking calls.
+			assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key))
+			assert.True(t, longBuilt(c))
+		})
+	}
+}
+
+// SUBSCRIBE as a plain command, and MONITOR, are refused with a clear error.
+func TestHoldingCommandsRejected(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 10*time.Second)
+	assert.ErrorIs(t, c.Do(ctx, "subscribe", "hold:ch").Err(), ErrHoldingCommand)
+	assert.ErrorIs(t, c.Do(ctx, "PSUBSCRIBE", "hold:*").Err(), ErrHoldingCommand)
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Get(ctx, "hold:k")
+		p.Do(ctx, "ssubscribe", "hold:ch")
+		return nil
+	})
+	assert.ErrorIs(t, err, ErrHoldingCommand)
+	// Monitor is not part of UniversalClient; reach it on the embedded client.
+	err = c.UniversalClient.(*redis.Client).Monitor(ctx, make(chan string, 1)).Err()
+	assert.ErrorIs(t, err, ErrHoldingCommand)
+	assert.Contains(t, err.Error(), "MONITOR")
+	assert.Zero(t, c.Stats().LongInUse)
+	subs, err := srv.Admin().Do(ctx, "client", "list", "type", "pubsub").Text()
+	require.NoError(t, err)
+	assert.Empty(t, subs, "a connection was left subscribed")
+}
+
+// Twenty BLPOPs end on their context deadlines, and nothing of theirs
+// reaches a later command: no element is taken by an abandoned call, every
+// later call gets its own reply, and the cancelled connections are clean
+// enough to be reused.
+func TestCancelBlockingDeadlines(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 32})
+	ctx := testCtx(t, 60*time.Second)
+	const n = 20
+	const list = "cancel:list"
+
+	var wg sync.WaitGroup
+	late := make([]time.Duration, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(300*time.Millisecond + time.Duration(i)*10*time.Millisecond)
+			cctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
+			errs[i] = c.BLPop(cctx, 30*time.Second, list).Err()
+			late[i] = time.Since(deadline)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		assert.ErrorIs(t, errs[i], context.DeadlineExceeded, "call %d", i)
+		// Generous: the machine is noisy. The socket deadline alone would
+		// end it at deadline+unblockGrace; CLIENT UNBLOCK ends it sooner.
+		assert.Less(t, late[i], unblockGrace, "call %d returned %v after its deadline", i, late[i])
+	}
+	assert.Zero(t, blockedClients(t, srv), "the server still holds a cancelled BLPOP")
+	assert.Zero(t, c.Stats().LongInUse)
+
+	require.NoError(t, c.Ping(ctx).Err()) // the ordinary pool's connection, opened before counting
+	connsBefore := srv.Info(t, "stats")["total_connections_received"]
+	for i := range n {
+		require.NoError(t, srv.Admin().RPush(ctx, list, strconv.Itoa(i)).Err())
+	}
+	assert.Equal(t, int64(n), srv.Admin().LLen(ctx, list).Val(), "a cancelled BLPOP took an element")
+	for i := range n {
+		v, err := c.BLPop(ctx, time.Second, list).Result()
+		require.NoError(t, err)
+		assert.Equal(t, []string{list, strconv.Itoa(i)}, v, "a later BLPOP got someone else's reply")
+		key := "cancel:k" + strconv.Itoa(i)
+		require.NoError(t, c.Set(ctx, key, i, time.Minute).Err())
+		assert.Equal(t, strconv.Itoa(i), c.Get(ctx, key).Val())
+	}
+	assert.Equal(t, connsBefore, srv.Info(t, "stats")["total_connections_received"],
+		"the cancelled connections were not reusable")
+}
+
+// Cancellation without a deadline ends a BLPOP that would otherwise wait
+// forever, and leaves the list alone.
+func TestCancelBlockingWithoutDeadline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"BLPOP", func(ctx context.Context) error { return c.BLPop(ctx, 0, "nodeadline:list").Err() }},
+		{"pipeline", func(ctx context.Context) error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.BLPop(ctx, 0, "nodeadline:list")
+				p.BLPop(ctx, 0, "nodeadline:list")
+				return nil
+			})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- tc.call(cctx) }()
+			waitBlocked(t, srv, 1)
+			cancelled := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				assert.ErrorIs(t, err, context.Canceled)
+				assert.Less(t, time.Since(cancelled), time.Second)
+			case <-time.After(10 * time.Second):
+				t.Fatal("cancelling did not end the blocking call")
+			}
+			assert.Zero(t, blockedClients(t, srv))
+			require.NoError(t, c.RPush(ctx, "nodeadline:list", "x").Err())
+			assert.Equal(t, int64(1), c.LLen(ctx, "nodeadline:list").Val(), "the cancelled call took the element")
+			assert.Equal(t, []string{"nodeadline:list", "x"}, c.BLPop(ctx, time.Second, "nodeadline:list").Val())
+		})
+	}
+}
+
+// When the server hangs, a cancelled call cannot be unblocked; it ends by
+// the socket deadline, unblockGrace after its own, and its connection is
+// thrown away rather than reused.
+func TestCancelBlockingOnHungServer(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+
+	deadline := time.Now().Add(time.Second)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.BLPop(cctx, 30*time.Second, "hung:list").Err() }()
+	waitBlocked(t, srv, 1)
+	srv.Pause(t)
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		late := time.Since(deadline)
+		t.Logf("returned %v after its deadline", late)
+		assert.Less(t, late, unblockGrace+2*time.Second, "the call outlived its socket deadline")
+	case <-time.After(20 * time.Second):
+		srv.Resume(t)
+		t.Fatal("a cancelled call on a hung server never returned")
+	}
+	assert.Zero(t, c.Stats().LongInUse)
+	srv.Resume(t)
+
+	waitBlocked(t, srv, 0)
+	require.NoError(t, c.RPush(ctx, "hung:list", "x").Err())
+	assert.Equal(t, []string{"hung:list", "x"}, c.BLPop(ctx, time.Second, "hung:list").Val())
+}
+
+// Consumers cancelled at random instants while a producer pushes: every
+// element is either delivered to exactly one consumer or still in the list.
+// Stock go-redis, whose socket deadline fires even as the server pops, is
+// run the same way for comparison; its losses are reported, not asserted.
+func TestCancelBlockingIsLossless(t *testing.T) {
+	srv := redistest.StartServer(t)
+	total := pick(5000, 1000)
+
+	stock := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
+	defer stock.Close()
+	s := consumeWithCancels(t, stock, srv, "lossless:stock", total, nil)
+
+	guard := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 16})
+	g := consumeWithCancels(t, guard, srv, "lossless:guard", total, func(err error) bool {
+		return errors.Is(err, context.DeadlineExceeded)
+	})
+
+	table(t, fmt.Sprintf("BLPOP cancelled by 1-15ms deadlines while %d elements are pushed", total),
+		[]string{"client", "delivered", "left in list", "lost", "calls cancelled"},
+		[]string{"go-redis", fmtCount(s.delivered), fmtCount(s.left), fmtCount(total - s.delivered - s.left), fmtCount(s.cancels)},
+		[]string{"redisguard", fmtCount(g.delivered), fmtCount(g.left), fmtCount(total - g.delivered - g.left), fmtCount(g.cancels)})
+	assert.Equal(t, total, g.delivered+g.left, "elements were lost")
+	assert.Positive(t, g.cancels, "no call was cancelled: the test proves nothing")
+}
+
+type consumed struct{ delivered, left, cancels int }
+
+// consumeWithCancels runs 8 consumers looping on BLPOP with short deadlines
+// while total elements are pushed, and counts where the elements went.
+// expected, if set, must accept every error a consumer sees.
+func consumeWithCancels(t *testing.T, c redis.UniversalClient, srv *redistest.Server, list string, total int,
+	expected func(error) bool) consumed {
+	ctx := testCtx(t, 60*time.Second)
+	var popped sync.Map
+	var delivered, cancels atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(1+(w*7+i)%15)*time.Millisecond)
+				v, err := c.BLPop(cctx, 10*time.Second, list).Result()
+				cancel()
+				if err != nil {
+					cancels.Add(1)
+					if expected != nil && !expected(err) {
+						t.Errorf("BLPOP: %v", err)
+						return
+					}
+					continue
+				}
+				if _, dup := popped.LoadOrStore(v[1], true); dup {
+					t.Errorf("element %s delivered twice", v[1])
+				}
+				delivered.Add(1)
+			}
+		}()
+	}
+	for i := range total {
+		require.NoError(t, srv.Admin().RPush(ctx, list, strconv.Itoa(i)).Err())
+		if i%10 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return consumed{delivered: int(delivered.Load()), left: int(srv.Admin().LLen(ctx, list).Val()), cancels: int(cancels.Load())}
+}
+
+// Close ends blocked calls, calls waiting for a permit and subscriptions
+// promptly; goleak (TestMain) checks nothing is left running.
+func TestCloseReleasesLongOperations(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		node *redistest.Server
+		key  string
+	}{
+		{"standalone", Config{Addrs: []string{srv.Addr}}, srv, "close:list"},
+		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}, cl.Masters[0], cl.KeyOn(t, cl.Masters[0], "close:")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.MaxLongConnections = 4
+			tc.cfg.PoolTimeout = time.Minute
+			c, err := NewClient(tc.cfg)
+			require.NoError(t, err)
+			ctx := testCtx(t, 30*time.Second)
+
+			ps := c.Subscribe(ctx, "close:ch")
+			_, err = ps.Receive(ctx)
+			require.NoError(t, err)
+			msgs := ps.Channel()
+
+			results := make(chan error, 4)
+			for range 3 {
+				go func() { results <- c.BLPop(ctx, 0, tc.key).Err() }()
+			}
+			waitBlocked(t, tc.node, 3)
+			go func() { results <- c.BLPop(ctx, 0, tc.key).Err() }() // waits for a permit
+			require.Eventually(t, func() bool { return len(c.adm.permits) == 4 }, 5*time.Second, time.Millisecond)
+
+			closed := time.Now()
+			require.NoError(t, c.Close())
+			for range 4 {
+				select {
+				case err := <-results:
+					assert.ErrorIs(t, err, ErrClosed)
+				case <-time.After(5 * time.Second):
+					t.Fatal("Close did not end a long call")
+				}
+			}
+			select {
+			case _, ok := <-msgs:
+				assert.False(t, ok, "the subscription delivered after Close")
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not end the subscription")
+			}
+			assert.Less(t, time.Since(closed), time.Second, "Close was not prompt")
+			require.NoError(t, ps.Close())
+			assert.Zero(t, len(c.adm.permits), "permits outlived Close")
+			waitBlocked(t, tc.node, 0)
+		})
+	}
+}
+
+// In Standalone mode the node's guard sits outside the facade, so it scores
+// a blocking call that the facade hands to the long client. A client that
+// only blocks must be able to close a half-open breaker with its calls.
+func TestBlockingCallIsBreakerProbe(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, clk := newFakeClockClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 2,
+		NodeRecoveryTime: time.Minute, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"))
+
+	srv.Kill(t)
+	for range 2 {
+		require.Error(t, shortBLPop(ctx, c, "probe:list"))
+	}
+	require.ErrorIs(t, shortBLPop(ctx, c, "probe:list"), ErrNodeUnavailable)
+	assert.Equal(t, "open", c.Stats().Nodes[0].State)
+
+	srv.Restart(t)
+	clk.Advance(time.Minute)
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"), "the probe failed")
+	assert.Equal(t, "closed", c.Stats().Nodes[0].State, "a blocking probe did not close the breaker")
+}
+
+// An idle dedicated connection that the server has dropped is replaced once,
+// as go-redis replaces a pooled one, and the caller never sees the reset.
+func TestLongConnectionResetIsRetried(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "reset:list"))
+	require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err())
+	require.NoError(t, srv.Admin().RPush(ctx, "reset:list", "v").Err())
+	assert.Equal(t, []string{"reset:list", "v"}, c.BLPop(ctx, time.Second, "reset:list").Val())
+}
+
+// facadeHookFor builds the facade's hooks around a next that does nothing,
+// so only classification and admission are measured.
+func facadeHookFor(tb testing.TB) (redis.ProcessHook, redis.ProcessPipelineHook) {
+	tb.Helper()
+	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = c.Close() })
+	h := facadeHook{c}
+	return h.ProcessHook(func(context.Context, redis.Cmder) error { return nil }),
+		h.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
+}
+
+// Admitting an ordinary command or batch allocates nothing.
+func TestAdmissionOrdinaryAllocatesNothing(t *testing.T) {
+	process, pipeline := facadeHookFor(t)
+	ctx := context.Background()
+	get := redis.NewStringCmd(ctx, "get", "key")
+	xread := redis.NewXStreamSliceCmd(ctx, "xread", "count", 1, "streams", "s", "0")
+	batch := []redis.Cmder{get, redis.NewStatusCmd(ctx, "set", "k", "v"), xread}
+	for name, f := range map[string]func(){
+		"command": func() { _ = process(ctx, get) },
+		"XREAD":   func() { _ = process(ctx, xread) },
+		"batch":   func() { _ = pipeline(ctx, batch) },
+	} {
+		assert.Zero(t, testing.AllocsPerRun(1000, f), name)
+	}
+}
+
+func BenchmarkAdmissionOrdinary(b *testing.B) {
+	process, _ := facadeHookFor(b)
+	ctx := context.Background()
+	cmd := redis.NewStringCmd(ctx, "get", "key")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = process(ctx, cmd)
+	}
+}
+
+// BenchmarkAdmissionBlocking is the in-memory cost the long path adds to a
+// blocking command: classification, a permit, and a dedicated connection
+// from the idle list and back. The connection is never used.
+func BenchmarkAdmissionBlocking(b *testing.B) {
+	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = c.Close() })
+	long, err := c.adm.client()
+	require.NoError(b, err)
+	node := long.(*redis.Client)
+	c.adm.put(&dedicated{node: node, conn: node.Conn(), id: 1}, nil)
+	ctx := context.Background()
+	cmd := redis.NewStringSliceCmd(ctx, "blpop", "list", 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if classifyCmd(cmd) != classBlocking {
+			b.Fatal("not blocking")
+		}
+		if err := c.adm.acquire(ctx); err != nil {
+			b.Fatal(err)
+		}
+		d, _, err := c.adm.take(ctx, node, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.adm.put(d, nil)
+		c.adm.release()
+	}
+}
+
+// BenchmarkBlockingCall is a BLPOP that finds an element at once, end to
+// end, on stock go-redis and on redisguard, without and with a context that
+// can be cancelled: the dedicated connection costs no extra round trip.
+func BenchmarkBlockingCall(b *testing.B) {
+	srv := redistest.StartServer(b)
+	stock := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = stock.Close() })
+	guard, err := NewClient(Config{Addrs: []string{srv.Addr}})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = guard.Close() })
+	for _, cl := range []struct {
+		name string
+		c    redis.UniversalClient
+	}{{"go-redis", stock}, {"redisguard", guard}} {
+		for _, cancellable := range []bool{false, true} {
+			b.Run(cl.name+"/cancellable="+strconv.FormatBool(cancellable), func(b *testing.B) {
+				ctx := context.Background()
+				require.NoError(b, srv.Admin().Del(ctx, "bench:list").Err())
+				b.ReportAllocs()
+				for b.Loop() {
+					b.StopTimer()
+					require.NoError(b, srv.Admin().RPush(ctx, "bench:list", "x").Err())
+					cctx, cancel := ctx, context.CancelFunc(func() {})
+					if cancellable {
+						cctx, cancel = context.WithTimeout(ctx, time.Minute)
+					}
+					b.StartTimer()
+					err := cl.c.BLPop(cctx, time.Second, "bench:list").Err()
+					b.StopTimer()
+					cancel()
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			})
+		}
+	}
+}
