@@ -30,8 +30,10 @@ type Client struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	nodes *nodeSet  // per-node breakers, shared by the ordinary and long clients
-	topo  *topology // cluster slot-map refresh; nil outside Cluster mode
+	nodes *nodeSet   // per-node breakers, shared by the ordinary and long clients
+	topo  *topology  // cluster slot-map refresh; nil outside Cluster mode
+	div   divergence // redirect-cycle decisions (divergence.go); zero value ready
+	adm   *admission // the long budget and the long client (admission.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -63,9 +65,18 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	if resolved.Mode == ModeCluster {
 		c.topo = newTopology(c)
 	}
+	c.adm = newAdmission(c)
 	c.UniversalClient = c.build(resolved.MaxConnections)
 	c.UniversalClient.AddHook(facadeHook{c})
+	// Subscriptions dial through the client's dial hook, on each node
+	// client in Cluster mode; registered before any node client exists.
+	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.adm}) })
+	} else {
+		c.UniversalClient.AddHook(subscriptionBudget{c.adm})
+	}
 	if c.topo != nil {
+		c.UniversalClient.AddHook(divergenceHook{c}) // inside the facade: sees go-redis's final error
 		c.topo.attach(c.UniversalClient.(*redis.ClusterClient))
 	}
 	return c, nil
@@ -82,15 +93,34 @@ func (c *Client) Mode() Mode { return c.cfg.Mode }
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		longErr := c.adm.close()
 		c.closeErr = c.UniversalClient.Close()
+		if c.closeErr == nil {
+			c.closeErr = longErr
+		}
 		c.log.Debug("redisguard: client closed")
 	})
 	return c.closeErr
 }
 
-// facadeHook is the outermost hook: it refuses work after Close and
-// translates go-redis's errors into redisguard's. Per-node concerns
-// (breakers) live in nodeGuard, one level down.
+// Watch is go-redis's Watch. The transaction keeps its native connection,
+// ordinary capacity, until fn returns; a blocking command issued on the Tx
+// fails at once with ErrBlockingInWatch instead of parking that connection.
+func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
+	if c.cfg.Mode != ModeCluster {
+		// The Tx clones the client's hooks; facadeHook refuses there.
+		return c.UniversalClient.Watch(ctx, fn, keys...)
+	}
+	return c.UniversalClient.Watch(ctx, func(tx *redis.Tx) error {
+		tx.AddHook(watchGuard{})
+		return fn(tx)
+	}, keys...)
+}
+
+// facadeHook is the outermost hook: it refuses work after Close, sends long
+// commands to the long budget and translates go-redis's errors into
+// redisguard's. Per-node concerns (breakers) live in nodeGuard, one level
+// down.
 type facadeHook struct{ c *Client }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -104,9 +134,14 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
+	inWatch := c.adm.buildingWatch()
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if c.closed.Load() {
 			return ErrClosed
+		}
+		// One classification per command; ordinary ones go straight on.
+		if class := classifyCmd(cmd); class != classOrdinary {
+			return c.translate(ctx, c.adm.process(ctx, cmd, class, inWatch))
 		}
 		err := next(ctx, cmd)
 		if err == nil {
@@ -118,6 +153,7 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
+	inWatch := c.adm.buildingWatch()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if c.closed.Load() {
 			for _, cmd := range cmds {
@@ -125,7 +161,14 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			}
 			return ErrClosed
 		}
-		err := next(ctx, cmds)
+		// A transaction (MULTI ... EXEC) is ordinary even with BLPOP inside:
+		// Redis never blocks within EXEC.
+		var err error
+		if batchIsBlocking(cmds) {
+			err = c.adm.processBatch(ctx, cmds, inWatch)
+		} else {
+			err = next(ctx, cmds)
+		}
 		if err == nil {
 			return nil
 		}

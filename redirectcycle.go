@@ -1,0 +1,295 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the mechanism behind divergence.go's policy: a hook that
+// catches commands ending in a redirect, the loop that gathers views (see
+// slotview.go), decides, and backs off and retries or raises, and the
+// per-slot state that the commands on one slot share.
+
+// forceEvery spaces the forced slot-map refreshes that waiting commands ask
+// for; in between they only trigger the rate-limited one.
+const forceEvery = 100 * time.Millisecond
+
+// divergenceHook is installed on the cluster client just inside the facade,
+// so it sees each command's final error from go-redis's redirect loop, and
+// next is that loop: a retry spends a fresh redirect budget.
+type divergenceHook struct{ c *Client }
+
+func (h divergenceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h divergenceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h divergenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	c := h.c
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil || err == redis.Nil {
+			return err
+		}
+		return c.resolveRedirect(ctx, cmd, err, next)
+	}
+}
+
+// resolveRedirect is the hook's body: given a command's final error, it
+// returns err itself unless err is a redirect left over in Cluster mode, in
+// which case it decides as described at the top of divergence.go. The healthy
+// path (nil, redis.Nil) allocates nothing.
+func (c *Client) resolveRedirect(ctx context.Context, cmd redis.Cmder, err error, next redis.ProcessHook) error {
+	if c.topo == nil || err == nil || err == redis.Nil {
+		return err
+	}
+	slot, target, ok := redirectOf(err)
+	if !ok {
+		return err
+	}
+	return c.div.resolve(ctx, c, cmd, slot, target, next)
+}
+
+// resolve gathers views, decides, and either raises or backs off and retries
+// the command, until the command is answered or a raise. Every raise comes
+// within ClusterNodeTimeout plus one ReadTimeout of the call, in wall time
+// whatever the injected clock says; a ctx that ends first wins.
+func (d *divergence) resolve(ctx context.Context, c *Client, cmd redis.Cmder, slot int, target string, next redis.ProcessHook) error {
+	nodeTimeout := c.cfg.ClusterNodeTimeout
+	hardStop := time.Now().Add(nodeTimeout + c.cfg.ReadTimeout)
+	for {
+		first := d.observe(slot, c.clock.Now(), nodeTimeout)
+		views, err := d.views(ctx, slot, func(ctx context.Context) []slotView {
+			return c.gatherViews(ctx, slot, target)
+		})
+		if err != nil {
+			return err
+		}
+		dec := decide(views, first, c.clock.Now(), nodeTimeout)
+		if dec.verdict == converging && time.Until(hardStop) <= 0 {
+			return d.raise(c, slot, dec.expire(), views)
+		}
+		if dec.verdict != converging {
+			return d.raise(c, slot, dec, views)
+		}
+		d.waits.Add(1)
+		c.report(slot, dec, views, nil)
+		if err := sleep(ctx, min(dec.backoff, time.Until(hardStop))); err != nil {
+			return err
+		}
+		d.refresh(c)
+		rctx, cancel := context.WithDeadline(ctx, hardStop)
+		err = next(rctx, cmd)
+		cut := rctx.Err() != nil
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s, t, ok := redirectOf(err); ok {
+			slot, target = s, t
+			continue
+		}
+		if cut {
+			// Our own bound cut the retry short, not the caller's.
+			dec.elapsed = max(c.clock.Now().Sub(first), 0)
+			return d.raise(c, slot, dec.expire(), views)
+		}
+		if err == nil || err == redis.Nil || isRedisReply(err) {
+			d.recovered.Add(1)
+			d.end(slot)
+		}
+		return err
+	}
+}
+
+// raise ends a command with dec's error, counting and reporting it. A
+// corrupt map is refreshed at once, past the rate limit: it is known wrong.
+func (d *divergence) raise(c *Client, slot int, dec decision, views []slotView) error {
+	if dec.verdict == corruption {
+		d.corruptions.Add(1)
+		d.end(slot)
+		c.topo.force()
+	} else {
+		d.failovers.Add(1)
+	}
+	err := dec.err(slot, c.cfg.ClusterNodeTimeout)
+	c.report(slot, dec, views, err)
+	return err
+}
+
+// divergence holds the per-slot state of redirect-cycle handling. The zero
+// value is ready; maps are created on first use.
+type divergence struct {
+	mu       sync.Mutex
+	episodes map[int]*episode    // guarded by mu; by slot
+	flights  map[int]*viewFlight // guarded by mu; the view gather in flight, by slot
+
+	lastForce atomic.Int64 // unix ns of the last forced refresh
+
+	waits, recovered, failovers, corruptions atomic.Uint64
+}
+
+// episode is one run of cycles on a slot. Commands on the slot share it, so a
+// slot that stays contested fails new commands fast instead of making each
+// wait ClusterNodeTimeout again.
+type episode struct {
+	first, last time.Time
+}
+
+// viewFlight is a gather that concurrent commands on the same slot share.
+type viewFlight struct {
+	done  chan struct{}
+	views []slotView // read-only once done is closed
+	cut   bool       // the leader's context ended mid-gather: views are partial
+}
+
+// observe records a cycle on slot at now and returns when its episode began.
+// An episode nobody has touched for window is over; the next cycle starts a
+// new one.
+func (d *divergence) observe(slot int, now time.Time, window time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.episodes == nil {
+		d.episodes = make(map[int]*episode)
+	}
+	for s, e := range d.episodes { // error path only, and rarely more than a few
+		if now.Sub(e.last) > window {
+			delete(d.episodes, s)
+		}
+	}
+	e := d.episodes[slot]
+	if e == nil {
+		e = &episode{first: now}
+		d.episodes[slot] = e
+	}
+	e.last = now
+	return e.first
+}
+
+// end closes slot's episode: it was served again, or its views agree.
+func (d *divergence) end(slot int) {
+	d.mu.Lock()
+	delete(d.episodes, slot)
+	d.mu.Unlock()
+}
+
+// views returns the views of slot, gathering them or sharing a gather
+// already in flight for it. It returns ctx's error, unchanged, when ctx ends
+// first; a follower whose leader gave up gathers again itself.
+func (d *divergence) views(ctx context.Context, slot int, gather func(context.Context) []slotView) ([]slotView, error) {
+	for {
+		d.mu.Lock()
+		f := d.flights[slot]
+		if f == nil {
+			f = &viewFlight{done: make(chan struct{})}
+			if d.flights == nil {
+				d.flights = make(map[int]*viewFlight)
+			}
+			d.flights[slot] = f
+			d.mu.Unlock()
+			f.views = gather(ctx)
+			f.cut = ctx.Err() != nil
+			d.mu.Lock()
+			delete(d.flights, slot)
+			d.mu.Unlock()
+			close(f.done)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return f.views, nil
+		}
+		d.mu.Unlock()
+		select {
+		case <-f.done:
+			if !f.cut {
+				return f.views, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// refresh asks for a new slot map. The first waiter in forceEvery forces one
+// past the rate limit (the map may be the problem); the rest only trigger.
+func (d *divergence) refresh(c *Client) {
+	now := c.clock.Now().UnixNano()
+	last := d.lastForce.Load()
+	if now-last >= int64(forceEvery) && d.lastForce.CompareAndSwap(last, now) {
+		c.topo.force()
+		return
+	}
+	c.topo.trigger()
+}
+
+// sleep waits d or until ctx ends, and then returns ctx's error unchanged.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err()
+}
+
+// redirectOf parses a MOVED or ASK reply: "MOVED 3999 127.0.0.1:6381".
+func redirectOf(err error) (slot int, addr string, ok bool) {
+	if err == nil {
+		return 0, "", false
+	}
+	re, ok := errors.AsType[redis.Error](err)
+	if !ok {
+		return 0, "", false
+	}
+	kind, rest, _ := strings.Cut(re.Error(), " ")
+	if kind != "MOVED" && kind != "ASK" {
+		return 0, "", false
+	}
+	s, addr, _ := strings.Cut(rest, " ")
+	slot, perr := strconv.Atoi(s)
+	if perr != nil || slot < 0 || slot >= 16384 || addr == "" {
+		return 0, "", false
+	}
+	return slot, addr, true
+}
+
+// report logs and delivers one decision (EventDivergence) with the views it
+// was based on; err is what the command fails with, if it does.
+func (c *Client) report(slot int, dec decision, views []slotView, err error) {
+	e := Event{Kind: EventDivergence, Slot: slot, Decision: dec.verdict.String(), Duration: dec.elapsed}
+	for _, cl := range dec.claimants {
+		if cl.id != "" {
+			e.Addr = cl.addr // the highest configEpoch: the one that should win
+			break
+		}
+	}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	c.emit(e,
+		slog.Duration("backoff", dec.backoff),
+		slog.String("views", fmtViews(views)),
+		slog.String("claimants", fmtClaimants(dec.claimants)))
+}
+
+// stats returns the decision counters for Client.Stats.
+func (d *divergence) stats() DivergenceStats {
+	return DivergenceStats{
+		Converging:        d.waits.Load(),
+		Recovered:         d.recovered.Load(),
+		Failover:          d.failovers.Load(),
+		SlotMapCorruption: d.corruptions.Load(),
+	}
+}
