@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,10 @@ type node struct {
 	br          *breaker.Breaker
 	unavailable error // the *NodeError returned while the breaker is open; shared, never mutated
 	exhausted   error // the *NodeError for a pool timeout on this node
+
+	inFlight    atomic.Int64  // guarded operations in progress, including those waiting for capacity
+	exhaustions atomic.Uint64 // operations refused with ErrPoolExhausted
+	exhaustLog  logLimiter    // keeps an overloaded node from flooding the log
 }
 
 func newNodeSet(c *Client) *nodeSet {
@@ -51,8 +56,11 @@ func (s *nodeSet) get(addr string) *node {
 	}
 	threshold := s.c.cfg.NodeFailureThreshold // negative disables: the breaker then always allows
 	n.br = breaker.New(breaker.Settings{
-		Threshold:     threshold,
-		RecoveryTime:  s.c.cfg.NodeRecoveryTime,
+		Threshold:    threshold,
+		RecoveryTime: s.c.cfg.NodeRecoveryTime,
+		// A probe is an ordinary command: it may take a dial, a write and a
+		// read before it fails. Replacing it sooner would drop its failure.
+		ProbeTimeout:  max(s.c.cfg.NodeRecoveryTime, s.c.cfg.DialTimeout+s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout),
 		Clock:         s.c.clock,
 		OnStateChange: func(from, to breaker.State) { s.c.breakerChanged(n, from, to) },
 	})
@@ -76,9 +84,7 @@ func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{c: s.c, n: s.g
 
 // breakerChanged runs after every transition, outside the breaker's lock.
 func (c *Client) breakerChanged(n *node, from, to breaker.State) {
-	level := slogLevelFor(to)
-	c.log.Log(context.Background(), level, "redisguard: node breaker changed",
-		"node", n.addr, "from", from.String(), "to", to.String())
+	c.emit(Event{Kind: breakerEvent(to), Addr: n.addr}, slog.String("from", from.String()))
 	if to == breaker.Open && c.topo != nil {
 		// A dead master is usually about to be replaced by its replica; look
 		// for the new owner now rather than when some timer fires.
@@ -106,8 +112,19 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if err != nil {
 			return n.fastFail(c)
 		}
+		n.inFlight.Add(1)
 		err = next(ctx, cmd)
+		if err != nil && retryReset(c, ctx, err) {
+			err = next(ctx, cmd)
+		}
+		n.inFlight.Add(-1)
 		n.br.Done(t, outcome(ctx, err))
+		if err == nil {
+			return nil
+		}
+		if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
+			n.noteExhausted(c)
+		}
 		return n.translate(err)
 	}
 	if c.topo == nil {
@@ -140,10 +157,18 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			}
 			return err
 		}
+		n.inFlight.Add(1)
 		err = next(ctx, cmds)
+		if err != nil && retryReset(c, ctx, err) {
+			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
+		}
+		n.inFlight.Add(-1)
 		n.br.Done(t, outcome(ctx, err))
 		if err == nil {
 			return nil
+		}
+		if isExhaustion(err) && !batchIsBlocking(cmds) {
+			n.noteExhausted(c)
 		}
 		for _, cmd := range cmds {
 			if cerr := cmd.Err(); cerr != nil {
@@ -202,6 +227,25 @@ func (n *node) translate(err error) error {
 	return err
 }
 
+// isExhaustion reports whether an operation found no capacity. In
+// Standalone and Sentinel mode the facade hook sits inside this one (it is
+// added to the same client later) and has already turned go-redis's pool
+// timeout into the bare ErrPoolExhausted; in Cluster mode it sits outside
+// and this hook sees the pool timeout itself.
+func isExhaustion(err error) bool {
+	return err == ErrPoolExhausted || errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// noteExhausted counts and reports an ordinary operation that found the
+// node's pool exhausted: once per operation, however many commands a
+// pipeline held. Callers leave out long operations, whose budget the
+// admission code counts and reports itself; their classification is only
+// repeated here on this error path.
+func (n *node) noteExhausted(c *Client) {
+	n.exhaustions.Add(1)
+	c.emitLimited(Event{Kind: EventPoolExhausted, Addr: n.addr, Budget: BudgetOrdinary}, &n.exhaustLog)
+}
+
 // outcome decides what a command's result says about the node.
 //
 // Only a node that cannot be reached or does not answer in time is failing.
@@ -236,6 +280,20 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	return breaker.Failure
 }
 
+// retryReset reports whether a failed call should be sent once more to the
+// same node: its connection was reset by the server (CLIENT KILL, an idle
+// timeout, a restart), and the caller still waits. Only in Standalone and
+// Sentinel mode, where go-redis's own retries are off (see build.go); the
+// cluster client's loop already retries a reset once on the same node.
+//
+// This is narrower than go-redis's MaxRetries on purpose: go-redis would also
+// retry read timeouts, doubling how long a hung server holds each caller
+// before its breaker hears of it, and pool timeouts, which must surface as
+// ErrPoolExhausted at once.
+func retryReset(c *Client, ctx context.Context, err error) bool {
+	return c.topo == nil && isConnReset(err) && !isRedisReply(err) && contextDone(ctx) == nil && !c.closed.Load()
+}
+
 // isConnReset reports whether err is an established connection dropped by the
 // peer, as opposed to a peer that cannot be reached.
 func isConnReset(err error) bool {
@@ -244,11 +302,13 @@ func isConnReset(err error) bool {
 		errors.Is(err, net.ErrClosed)
 }
 
-// slogLevelFor picks the log level of a transition: opening is what an
-// operator must see; the rest is routine.
-func slogLevelFor(to breaker.State) slog.Level {
-	if to == breaker.Open {
-		return slog.LevelWarn
+// breakerEvent is the event that reports a transition to state to.
+func breakerEvent(to breaker.State) EventKind {
+	switch to {
+	case breaker.Open:
+		return EventBreakerOpened
+	case breaker.HalfOpen:
+		return EventBreakerHalfOpen
 	}
-	return slog.LevelInfo
+	return EventBreakerClosed
 }

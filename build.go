@@ -31,9 +31,9 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 			WriteTimeout:     cfg.WriteTimeout,
 			PoolSize:         poolSize,
 			PoolTimeout:      cfg.PoolTimeout,
-			// One retry: a connection reset by the server (CLIENT KILL,
-			// idle timeout) is retried once on the same master.
-			MaxRetries:            1,
+			// No go-redis retries: it would retry read and pool timeouts
+			// too. nodeGuard retries a reset connection once instead.
+			MaxRetries:            -1,
 			ContextTimeoutEnabled: true,
 			PipelinePoolSize:      noPipelinePool,
 		}
@@ -80,7 +80,7 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 			WriteTimeout:             cfg.WriteTimeout,
 			PoolSize:                 poolSize,
 			PoolTimeout:              cfg.PoolTimeout,
-			MaxRetries:               1, // see the Sentinel case
+			MaxRetries:               -1, // see the Sentinel case
 			ContextTimeoutEnabled:    true,
 			PipelinePoolSize:         noPipelinePool,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
