@@ -1,0 +1,322 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redisguard/redisguard"
+)
+
+// failFastLimit is the latency below which a failed call counts as having
+// failed fast: the caller got its answer and moved on.
+const failFastLimit = 10 * time.Millisecond
+
+// timeline is when the phases begin and end, relative to the start.
+type timeline struct {
+	faultAt, healAt, end time.Duration
+}
+
+func (tl timeline) phase(at time.Duration, fault string) string {
+	switch {
+	case at < tl.faultAt:
+		return "healthy"
+	case at < tl.healAt:
+		return fault
+	}
+	return "recovered"
+}
+
+// Table layout: the time and phase, then four columns per client.
+const (
+	tableHeadFmt = "%6s  %-14s |%37s |%37s\n"
+	tableRowFmt  = "%6s  %-14s |%8s %8s %9s %9s |%8s %8s %9s %9s\n"
+)
+
+func printTableHeader(w io.Writer) {
+	fmt.Fprintf(w, tableHeadFmt, "", "", center("go-redis alone", 37), center("redisguard", 37))
+	fmt.Fprintf(w, tableRowFmt, "time", "phase", "ok/s", "fail/s", "p99", "stuck", "ok/s", "fail/s", "p99", "stuck")
+	fmt.Fprintln(w, strings.Repeat("-", 6+2+14+2+37+2+37))
+}
+
+func center(s string, width int) string {
+	pad := max(width-len(s), 0)
+	return strings.Repeat(" ", pad-pad/2) + s + strings.Repeat(" ", pad/2)
+}
+
+// printRow prints second s (1-based: the second that ended at s), as seen
+// at now.
+func printRow(w io.Writer, s int, phase string, now time.Time, recs [2]*recorder) {
+	cols := []any{strconv.Itoa(s) + "s", phase}
+	from, to := time.Duration(s-1)*time.Second, time.Duration(s)*time.Second
+	for _, r := range recs {
+		ok, failed, p99, stuck := r.window(from, to, now)
+		cols = append(cols, strconv.Itoa(ok), strconv.Itoa(failed), fmtLat(p99), strconv.FormatFloat(stuck, 'f', 1, 64))
+	}
+	fmt.Fprintf(w, tableRowFmt, cols...)
+}
+
+// printEvent prints one of redisguard's events between the rows, as the
+// demo's OnEvent saw it.
+func printEvent(w io.Writer, start time.Time, e redisguard.Event) {
+	what := map[redisguard.EventKind]string{
+		redisguard.EventBreakerOpened:   "breaker opened: calls for the node now fail fast",
+		redisguard.EventBreakerHalfOpen: "breaker half-open: one probe goes through",
+		redisguard.EventBreakerClosed:   "breaker closed: the node serves again",
+		redisguard.EventPoolExhausted:   "pool exhausted",
+		redisguard.EventRefreshFailed:   "slot map refresh failed",
+	}[e.Kind]
+	if what == "" {
+		return
+	}
+	at := e.Time.Sub(start).Seconds()
+	fmt.Fprintf(w, "%6s  %-14s   redisguard event: %s (%s)\n", "", fmt.Sprintf("%.2fs", at), what, e.Addr)
+}
+
+// fmtLat renders a latency for the table: short, with a unit that suits it.
+func fmtLat(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return strconv.FormatInt(d.Microseconds(), 10) + "µs"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+}
+
+// summary is what one client's callers went through, in numbers.
+type summary struct {
+	name string
+
+	baseOK        float64 // ok calls/s while healthy (the first second is warm-up)
+	baseHealthyOK float64 // of which for keys the fault does not touch
+	hangOK        float64 // ok calls/s during the fault
+	hangHealthyOK float64 // of which for keys the fault does not touch
+	hangAnswered  float64 // calls answered (ok or failed)/s during the fault
+
+	stuckFor      time.Duration // how long at least half the callers were stuck
+	callerSeconds float64       // time spent in calls longer than stuckAfter, summed over callers
+	longest       time.Duration // the longest call
+
+	failsFast     bool          // some call failed fast during the fault
+	failFastAfter time.Duration // from the fault to the first call that failed fast
+	failFastP99   time.Duration // p99 latency of the failed calls after that
+	failFastErr   string        // the error they failed with
+
+	recovered      bool          // a call for the sick keys, made after healing, succeeded
+	recoveredAfter time.Duration // from healing to the end of the first such call
+}
+
+// summarize turns a client's record into its summary.
+func summarize(name string, workers int, tl timeline, ticks []tickStats, calls []call) summary {
+	s := summary{name: name}
+	perSec := func(n int, from, to time.Duration) float64 {
+		if to <= from {
+			return 0
+		}
+		return float64(n) / (to - from).Seconds()
+	}
+	warm := min(time.Second, tl.faultAt/2)
+	var baseOK, baseHealthy, hangOK, hangHealthy, hangAll int
+	var fastLat []time.Duration
+	for _, c := range calls {
+		lat := c.lat()
+		s.longest = max(s.longest, lat)
+		if lat > stuckAfter {
+			s.callerSeconds += lat.Seconds()
+		}
+		switch {
+		case c.end >= warm && c.end < tl.faultAt:
+			if c.err == nil {
+				baseOK++
+				if c.group == groupHealthy {
+					baseHealthy++
+				}
+			}
+		case c.end >= tl.faultAt && c.end < tl.healAt:
+			hangAll++
+			if c.err == nil {
+				hangOK++
+				if c.group == groupHealthy {
+					hangHealthy++
+				}
+			}
+		}
+		if c.err != nil && c.start >= tl.faultAt && c.end < tl.healAt && lat < failFastLimit {
+			if !s.failsFast || c.end-tl.faultAt < s.failFastAfter {
+				s.failFastAfter = c.end - tl.faultAt
+				s.failFastErr = c.err.Error()
+			}
+			s.failsFast = true
+		}
+		// Calls already in flight when the fault ended say little: a
+		// reset connection retried on a fresh one may succeed while the
+		// breaker still turns every new call away.
+		if c.err == nil && c.group == groupSick && c.start >= tl.healAt {
+			if !s.recovered || c.end-tl.healAt < s.recoveredAfter {
+				s.recoveredAfter = c.end - tl.healAt
+			}
+			s.recovered = true
+		}
+	}
+	if s.failsFast {
+		for _, c := range calls {
+			if c.err != nil && c.start >= tl.faultAt+s.failFastAfter && c.end < tl.healAt {
+				fastLat = append(fastLat, c.lat())
+			}
+		}
+		s.failFastP99 = percentile(fastLat, 99)
+	}
+	s.baseOK = perSec(baseOK, warm, tl.faultAt)
+	s.baseHealthyOK = perSec(baseHealthy, warm, tl.faultAt)
+	s.hangOK = perSec(hangOK, tl.faultAt, tl.healAt)
+	s.hangHealthyOK = perSec(hangHealthy, tl.faultAt, tl.healAt)
+	s.hangAnswered = perSec(hangAll, tl.faultAt, tl.healAt)
+	for i, t := range ticks {
+		if time.Duration(i)*tick >= tl.faultAt && 2*t.stuckCallers() >= float64(workers) {
+			s.stuckFor += tick
+		}
+	}
+	return s
+}
+
+// verdict is the closing paragraph: how long callers were stuck with each
+// client, and what that cost.
+func verdict(fault string, hang time.Duration, workers int, cluster bool, stock, guard summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Verdict: the fault (%s) lasted %s. ", fault, fmtSecs(hang))
+	fmt.Fprintf(&b, "With go-redis alone, callers were stuck for %s", fmtSecs(stock.stuckFor))
+	if stock.failsFast {
+		fmt.Fprintf(&b, " (some calls failed fast after %s)", fmtSecs(stock.failFastAfter))
+	} else {
+		fmt.Fprintf(&b, ": every call for the sick node waited out the %s read timeout", fmtSecs(demoTimeout))
+		if stock.longest > 3*demoTimeout/2 {
+			b.WriteString(", some several times over as go-redis retried")
+		}
+	}
+	fmt.Fprintf(&b, ", %d callers spent %.0f caller-seconds waiting (longest call %s), and they answered %.0f calls/s instead of %.0f. ",
+		workers, stock.callerSeconds, fmtLat(stock.longest), stock.hangAnswered, stock.baseOK)
+	fmt.Fprintf(&b, "With redisguard, callers were stuck for %s", fmtSecs(guard.stuckFor))
+	if guard.failsFast {
+		fmt.Fprintf(&b, ": %d timeouts opened the breaker %s into the fault, after which calls for the sick node failed in %s (p99) with %s",
+			demoThreshold, fmtSecs(guard.failFastAfter), fmtLat(guard.failFastP99), errName(guard.failFastErr))
+	}
+	fmt.Fprintf(&b, "; %.0f caller-seconds were spent waiting in all, mostly before the breaker opened and in its recovery probes, and callers answered %.0f calls/s. ",
+		guard.callerSeconds, guard.hangAnswered)
+	if cluster {
+		fmt.Fprintf(&b, "Calls for the two healthy masters went on at %.0f/s with go-redis (%s of before) and %.0f/s with redisguard (%s). ",
+			stock.hangHealthyOK, pct(stock.hangHealthyOK, stock.baseHealthyOK),
+			guard.hangHealthyOK, pct(guard.hangHealthyOK, guard.baseHealthyOK))
+	}
+	fmt.Fprintf(&b, "After the fault, go-redis served the sick node's keys again %s and redisguard %s.",
+		recoveryText(stock, false), recoveryText(guard, true))
+	return b.String()
+}
+
+func recoveryText(s summary, probe bool) string {
+	if !s.recovered {
+		return "not at all before the demo ended"
+	}
+	text := "after " + fmtLat(s.recoveredAfter)
+	if probe {
+		text += fmt.Sprintf(" (its next recovery probe: NodeRecoveryTime is %s)", fmtSecs(demoRecovery))
+	}
+	return text
+}
+
+// errName names the error callers saw, by its sentinel where it has one.
+func errName(msg string) string {
+	for _, e := range []struct {
+		err  error
+		name string
+	}{
+		{redisguard.ErrNodeUnavailable, "ErrNodeUnavailable"},
+		{redisguard.ErrPoolExhausted, "ErrPoolExhausted"},
+	} {
+		if strings.Contains(msg, e.err.Error()) {
+			return e.name
+		}
+	}
+	if msg == "" {
+		return "an error"
+	}
+	return strconv.Quote(msg)
+}
+
+func pct(v, of float64) string {
+	if of <= 0 {
+		return "n/a"
+	}
+	return strconv.FormatFloat(100*v/of, 'f', 0, 64) + "%"
+}
+
+func fmtSecs(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+}
+
+// wrap breaks text into lines of at most width columns.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(text) {
+		n := len([]rune(word))
+		if i > 0 {
+			if line+1+n > width {
+				b.WriteString("\n")
+				line = 0
+			} else {
+				b.WriteString(" ")
+				line++
+			}
+		}
+		b.WriteString(word)
+		line += n
+	}
+	return b.String()
+}
+
+// errorKinds lists the distinct errors in calls, most frequent first, with
+// their counts: what the callers actually saw.
+func errorKinds(calls []call, limit int) string {
+	counts := map[string]int{}
+	for _, c := range calls {
+		if c.err != nil {
+			counts[c.err.Error()]++
+		}
+	}
+	type kind struct {
+		msg string
+		n   int
+	}
+	var kinds []kind
+	for msg, n := range counts {
+		kinds = append(kinds, kind{msg, n})
+	}
+	slices.SortFunc(kinds, func(a, b kind) int {
+		if a.n != b.n {
+			return b.n - a.n
+		}
+		return strings.Compare(a.msg, b.msg)
+	})
+	if len(kinds) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i, k := range kinds {
+		if i == limit {
+			parts = append(parts, fmt.Sprintf("%d other kinds", len(kinds)-limit))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d× %q", k.n, k.msg))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// errInterrupted is returned when the demo was stopped by a signal.
+var errInterrupted = errors.New("interrupted; every process and connection it started has been closed")
