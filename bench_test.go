@@ -228,3 +228,46 @@ func TestGetAllocatesNoMoreThanGoRedis(t *testing.T) {
 		t.Fatalf("redisguard allocates %.2f per GET, go-redis %.2f", guardAllocs, stockAllocs)
 	}
 }
+
+// BenchmarkHookPath is the CPU cost redisguard adds to each command before
+// the network: the node guard (breaker), the facade (closed check,
+// classification, admission) and, on the error path, translation. The hooks
+// are composed as build installs them in Standalone mode and end in a no-op
+// where go-redis would write to the socket.
+func BenchmarkHookPath(b *testing.B) {
+	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = c.Close() })
+	guard := c.nodes.guard("127.0.0.1:1")
+	facade := facadeHook{c}
+	ctx := context.Background()
+
+	b.Run("ordinary", func(b *testing.B) {
+		process := guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return nil }))
+		cmd := redis.NewStringCmd(ctx, "get", "key")
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = process(ctx, cmd)
+		}
+	})
+	b.Run("ordinary-nil-reply", func(b *testing.B) {
+		// redis.Nil goes through translation and the breaker's outcome.
+		process := guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return redis.Nil }))
+		cmd := redis.NewStringCmd(ctx, "get", "key")
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = process(ctx, cmd)
+		}
+	})
+	b.Run("pipeline-100", func(b *testing.B) {
+		pipeline := guard.ProcessPipelineHook(facade.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil }))
+		cmds := make([]redis.Cmder, 100)
+		for i := range cmds {
+			cmds[i] = redis.NewStringCmd(ctx, "get", "key:"+strconv.Itoa(i))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = pipeline(ctx, cmds)
+		}
+	})
+}

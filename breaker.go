@@ -114,13 +114,19 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmd)
-		if err != nil && retryReset(c, ctx, err) {
+		if err == nil || err == redis.Nil {
+			// The common answers, kept off the error-inspection path below.
+			n.inFlight.Add(-1)
+			n.br.Done(t, breaker.Success)
+			return err
+		}
+		if retryReset(c, ctx, err) {
 			err = next(ctx, cmd)
 		}
 		n.inFlight.Add(-1)
 		n.br.Done(t, outcome(ctx, err))
-		if err == nil {
-			return nil
+		if err == nil || isRedisReply(err) {
+			return err
 		}
 		if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
 			n.noteExhausted(c)
@@ -291,7 +297,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
 func retryReset(c *Client, ctx context.Context, err error) bool {
-	return c.topo == nil && isConnReset(err) && !isRedisReply(err) && contextDone(ctx) == nil && !c.closed.Load()
+	return c.topo == nil && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) && contextDone(ctx) == nil
 }
 
 // isConnReset reports whether err is an established connection dropped by the

@@ -117,10 +117,12 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	}, keys...)
 }
 
-// facadeHook is the outermost hook: it refuses work after Close, sends long
+// facadeHook is the client-level hook: it refuses work after Close, sends long
 // commands to the long budget and translates go-redis's errors into
-// redisguard's. Per-node concerns (breakers) live in nodeGuard, one level
-// down.
+// redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
+// mode nodeGuard sits on each node client, below this hook; in Standalone and
+// Sentinel mode both are on the one client and nodeGuard, added first by
+// build, wraps this hook (admission.go relies on that order).
 type facadeHook struct{ c *Client }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {

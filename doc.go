@@ -21,6 +21,14 @@
 //     go-redis sends and makes the slot-map refresh single-flight and
 //     rate-limited; an opening breaker triggers a refresh, so writes follow a
 //     promoted replica promptly.
+//   - Blocking commands, blocking batches and subscriptions are classified
+//     (classify.go) and run on a separate long budget with connections of
+//     their own (admission.go), so they cannot starve ordinary traffic.
+//   - A command that go-redis's redirect loop leaves in MOVED or ASK is
+//     classified by asking several nodes for the slot's owner
+//     (divergence.go): converging, ErrClusterFailover or ErrSlotMapCorruption.
+//   - Healthy, Check and the HTTP handlers (health.go) test the operation the
+//     service depends on, a write, in one round trip.
 //
 // What the guard decides is observable three ways (events.go, stats.go).
 // Every decision worth an operator's attention (a breaker opening, going
@@ -35,6 +43,9 @@
 // Exporters live outside the core module; examples/prometheus shows one for
 // client_golang.
 //
-// A Client owns no background goroutines of its own; go-redis's short-lived
-// reload goroutines finish on their own, and Close closes every pool.
+// A Client runs no background loops. The only goroutines it starts are
+// short-lived and owned: the CLIENT UNBLOCK sender of a cancelled blocking
+// call, which Close waits for, and the parallel slot-ownership queries of a
+// divergence decision, which end before the command returns. go-redis's own reload goroutines end by themselves,
+// and Close closes every pool.
 package redisguard
