@@ -192,17 +192,11 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	case inWatch:
 		return ErrBlockingInWatch
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := a.acquire(ctx); err != nil {
-		return err
-	}
-	defer a.release()
-	long, err := a.client()
+	long, err := a.enter(ctx)
 	if err != nil {
 		return err
 	}
+	defer a.release()
 	cc, cluster := long.(*redis.ClusterClient)
 	if !cluster {
 		return a.onDedicated(ctx, long.(*redis.Client), "", func(ctx context.Context, conn *redis.Conn) error {
@@ -231,6 +225,24 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	return err
 }
 
+// enter admits one long operation: it checks ctx, takes a permit and returns
+// the long client, built on first use. After a nil error the caller must
+// release the permit when the operation ends.
+func (a *admission) enter(ctx context.Context) (redis.UniversalClient, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := a.acquire(ctx); err != nil {
+		return nil, err
+	}
+	long, err := a.client()
+	if err != nil {
+		a.release()
+		return nil, err
+	}
+	return long, nil
+}
+
 // processBatch runs a non-transactional pipeline containing a blocking
 // command: one permit for the whole batch, on the long client, in order.
 func (a *admission) processBatch(ctx context.Context, cmds []redis.Cmder, inWatch bool) error {
@@ -254,17 +266,11 @@ func (a *admission) batch(ctx context.Context, cmds []redis.Cmder, inWatch bool)
 	if inWatch {
 		return ErrBlockingInWatch
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := a.acquire(ctx); err != nil {
-		return err
-	}
-	defer a.release()
-	long, err := a.client()
+	long, err := a.enter(ctx)
 	if err != nil {
 		return err
 	}
+	defer a.release()
 	exec := func(ctx context.Context, p redis.Pipeliner) error {
 		for _, cmd := range cmds {
 			_ = p.Process(ctx, cmd)
