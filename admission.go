@@ -247,6 +247,13 @@ func (a *admission) enter(ctx context.Context) (redis.UniversalClient, error) {
 // command: one permit for the whole batch, on the long client, in order.
 func (a *admission) processBatch(ctx context.Context, cmds []redis.Cmder, inWatch bool) error {
 	err := a.batch(ctx, cmds, inWatch)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		for _, cmd := range cmds {
+			if isUnblocked(cmd.Err()) {
+				cmd.SetErr(ctxErr) // ended by our CLIENT UNBLOCK on cancellation
+			}
+		}
+	}
 	if err != nil && err != redis.Nil && !isRedisReply(err) {
 		for _, cmd := range cmds {
 			if cmd.Err() == nil {
@@ -320,7 +327,7 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 		switch {
 		case err == nil:
 			return nil // the reply beat the cancellation: deliver it rather than lose it
-		case err != redis.Nil && isRedisReply(err):
+		case err != redis.Nil && isRedisReply(err) && !isUnblocked(err):
 			return err
 		}
 		return ctx.Err()
@@ -380,9 +387,9 @@ func (a *admission) put(d *dedicated, err error) {
 // an element popped at that instant would be lost with the abandoned
 // connection. So the read runs under a context without ctx's cancellation
 // and with a deadline unblockGrace later, and when ctx ends, CLIENT UNBLOCK
-// on another connection makes the server end the call as if its own timeout
-// had passed. The reply (nil, or an element that won the race) is then read
-// as usual, and the connection is clean. cancelled reports whether that
+// ... ERROR on another connection makes the server end the call before it
+// pops anything (see unblock). The reply (-UNBLOCKED, or an element that won
+// the race) is then read as usual, and the connection is clean. cancelled reports whether that
 // happened; the caller maps the result.
 func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Context, *redis.Conn) error) (cancelled bool, err error) {
 	if ctx.Done() == nil || d.id == 0 {
@@ -423,11 +430,26 @@ func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Conte
 	return true, err
 }
 
+// isUnblocked reports whether err is the -UNBLOCKED reply that CLIENT
+// UNBLOCK ... ERROR gives the command it ended.
+func isUnblocked(err error) bool {
+	return isRedisReply(err) && strings.HasPrefix(err.Error(), "UNBLOCKED")
+}
+
 // reusable reports whether a dedicated connection is clean after a call
 // that ended with err: a reply, even an error reply, was read in full.
 func reusable(err error) bool { return err == nil || err == redis.Nil || isRedisReply(err) }
 
-// unblock sends CLIENT UNBLOCK for d until its call returns. UNBLOCK
+// unblock sends CLIENT UNBLOCK <id> ERROR for d until its call returns.
+//
+// ERROR, not TIMEOUT: a command the server has postponed (a write pause
+// during CLUSTER FAILOVER, CLIENT PAUSE WRITE) is blocked without a timeout
+// handler, and UNBLOCK ... TIMEOUT on it crashes Redis before 8.2 and Valkey
+// before 8.1.2 ("Unknown btype in replyToBlockedClientTimedOut"; redis#14164,
+// valkey#2117). The chaos soak found it. ERROR ends a blocked BLPOP without
+// popping anything, just as TIMEOUT does, with an -UNBLOCKED reply that run's
+// caller maps to ctx.Err(); on a postponed command it answers -UNBLOCKED to a
+// command that never ran, which is just as safe. UNBLOCK
 // answers 0 while the command has not reached the server yet, so it is
 // retried with a growing back-off; a batch may also hold several blocking
 // commands in turn. The connection is never killed instead: a call that is
@@ -440,7 +462,7 @@ func (a *admission) unblock(d *dedicated, finished <-chan struct{}) {
 	wait := time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), unblockGrace)
-		if n, err := d.node.ClientUnblock(ctx, d.id).Result(); err == nil && n == 1 {
+		if n, err := d.node.ClientUnblockWithError(ctx, d.id).Result(); err == nil && n == 1 {
 			wait = time.Millisecond // the reply is coming; the next command may block too
 		}
 		cancel()

@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -29,8 +30,48 @@ type divergenceHook struct{ c *Client }
 
 func (h divergenceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessPipelineHook ends what go-redis's pipeline loop leaves redirected.
+// That loop follows MOVED and ASK per command up to MaxRedirects, then hands
+// a command still redirected to the caller as a raw reply. A batch cannot be
+// retried command by command without breaking its order, or a transaction's
+// atomicity, so such a command ends as ErrSlotMapCorruption and the map is
+// refreshed at once: it sent the command to the wrong node. (Found by the
+// chaos soak, during failovers.)
 func (h divergenceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	c := h.c
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err == nil || err == redis.Nil {
+			return err
+		}
+		return c.endPipelineRedirects(cmds, err)
+	}
+}
+
+// endPipelineRedirects replaces each redirect left in cmds with
+// ErrSlotMapCorruption, forcing one refresh, and returns err, or the first
+// command's new error if err was a redirect itself.
+func (c *Client) endPipelineRedirects(cmds []redis.Cmder, err error) error {
+	var first error
+	for _, cmd := range cmds {
+		slot, _, ok := redirectOf(cmd.Err())
+		if !ok {
+			continue
+		}
+		cerr := fmt.Errorf("%w: slot %d: still redirected after %d redirects in a pipeline (%v); slot map refresh forced",
+			ErrSlotMapCorruption, slot, c.cfg.MaxRedirects, cmd.Err())
+		cmd.SetErr(cerr)
+		if first == nil {
+			first = cerr
+			c.div.corruptions.Add(1)
+			c.topo.force()
+			c.report(slot, decision{verdict: corruption}, nil, cerr)
+		}
+	}
+	if _, _, ok := redirectOf(err); ok && first != nil {
+		return first
+	}
+	return err
 }
 
 func (h divergenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
