@@ -13,78 +13,48 @@ import (
 // two cannot drift apart in anything but their pool size.
 func (c *Client) build(poolSize int) redis.UniversalClient {
 	cfg := c.cfg
+	// One UniversalOptions, converted by go-redis itself for each mode, so
+	// the three option structs cannot disagree about a field.
+	uo := &redis.UniversalOptions{
+		Addrs:            cfg.Addrs,
+		MasterName:       cfg.MasterName,
+		Username:         cfg.Username,
+		Password:         cfg.Password,
+		SentinelUsername: cfg.SentinelUsername,
+		SentinelPassword: cfg.SentinelPassword,
+		DB:               cfg.DB,
+		ClientName:       cfg.ClientName,
+		TLSConfig:        cfg.TLSConfig,
+		DialTimeout:      cfg.DialTimeout,
+		DialerRetries:    dialAttempts,
+		ReadTimeout:      cfg.ReadTimeout,
+		WriteTimeout:     cfg.WriteTimeout,
+		PoolSize:         poolSize,
+		PoolTimeout:      cfg.PoolTimeout,
+		MaxRedirects:     cfg.MaxRedirects,
+		// No go-redis retries: it would retry read and pool timeouts too.
+		// nodeGuard retries a reset connection once instead (Standalone and
+		// Sentinel); the cluster client's loop retries a node once by itself.
+		MaxRetries:               -1,
+		ContextTimeoutEnabled:    true,
+		PipelinePoolSize:         noPipelinePool,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
-		fo := &redis.FailoverOptions{
-			MasterName:       cfg.MasterName,
-			SentinelAddrs:    cfg.Addrs,
-			SentinelUsername: cfg.SentinelUsername,
-			SentinelPassword: cfg.SentinelPassword,
-			Username:         cfg.Username,
-			Password:         cfg.Password,
-			DB:               cfg.DB,
-			ClientName:       cfg.ClientName,
-			TLSConfig:        cfg.TLSConfig,
-			DialTimeout:      cfg.DialTimeout,
-			DialerRetries:    dialAttempts,
-			ReadTimeout:      cfg.ReadTimeout,
-			WriteTimeout:     cfg.WriteTimeout,
-			PoolSize:         poolSize,
-			PoolTimeout:      cfg.PoolTimeout,
-			// No go-redis retries: it would retry read and pool timeouts
-			// too. nodeGuard retries a reset connection once instead.
-			MaxRetries:            -1,
-			ContextTimeoutEnabled: true,
-			PipelinePoolSize:      noPipelinePool,
-		}
-		cl := redis.NewFailoverClient(fo)
+		cl := redis.NewFailoverClient(uo.Failover())
 		cl.AddHook(c.nodes.guard(sentinelNodeName(cfg.MasterName)))
 		return cl
 	case ModeCluster:
-		co := &redis.ClusterOptions{
-			Addrs:         cfg.Addrs,
-			Username:      cfg.Username,
-			Password:      cfg.Password,
-			ClientName:    cfg.ClientName,
-			TLSConfig:     cfg.TLSConfig,
-			DialTimeout:   cfg.DialTimeout,
-			DialerRetries: dialAttempts,
-			ReadTimeout:   cfg.ReadTimeout,
-			WriteTimeout:  cfg.WriteTimeout,
-			PoolSize:      poolSize,
-			PoolTimeout:   cfg.PoolTimeout,
-			MaxRedirects:  cfg.MaxRedirects,
-			// MaxRetries stays 0: node clients do not retry; the cluster
-			// client's own loop retries a failed node once before moving on.
-			ContextTimeoutEnabled:    true,
-			PipelinePoolSize:         noPipelinePool,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-			NewClient: func(opt *redis.Options) *redis.Client {
-				cl := redis.NewClient(opt)
-				cl.AddHook(c.nodes.guard(opt.Addr))
-				return cl
-			},
+		co := uo.Cluster()
+		co.NewClient = func(opt *redis.Options) *redis.Client {
+			cl := redis.NewClient(opt)
+			cl.AddHook(c.nodes.guard(opt.Addr))
+			return cl
 		}
 		return redis.NewClusterClient(co)
 	default:
-		opt := &redis.Options{
-			Addr:                     cfg.Addrs[0],
-			Username:                 cfg.Username,
-			Password:                 cfg.Password,
-			DB:                       cfg.DB,
-			ClientName:               cfg.ClientName,
-			TLSConfig:                cfg.TLSConfig,
-			DialTimeout:              cfg.DialTimeout,
-			DialerRetries:            dialAttempts,
-			ReadTimeout:              cfg.ReadTimeout,
-			WriteTimeout:             cfg.WriteTimeout,
-			PoolSize:                 poolSize,
-			PoolTimeout:              cfg.PoolTimeout,
-			MaxRetries:               -1, // see the Sentinel case
-			ContextTimeoutEnabled:    true,
-			PipelinePoolSize:         noPipelinePool,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		}
+		opt := uo.Simple()
 		cl := redis.NewClient(opt)
 		cl.AddHook(c.nodes.guard(opt.Addr))
 		return cl
