@@ -206,24 +206,6 @@ func TestChaos(t *testing.T) {
 	assert.NotZero(t, r.healthyTrue, "Healthy never said yes")
 }
 
-// slotShards maps each slot to the index of the master that owns it at start.
-func slotShards(t *testing.T, cl *redistest.Cluster) []int {
-	t.Helper()
-	owner := map[string]int{}
-	for i, m := range cl.Masters {
-		owner[m.Addr] = i
-	}
-	slots, err := cl.Masters[0].Admin().ClusterSlots(testCtx(t, 10*time.Second)).Result()
-	require.NoError(t, err)
-	out := make([]int, 16384)
-	for _, s := range slots {
-		for sl := s.Start; sl <= s.End; sl++ {
-			out[sl] = owner[s.Nodes[0].Addr]
-		}
-	}
-	return out
-}
-
 // liveHeap is the heap the last garbage collection found live.
 func liveHeap() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}

@@ -167,18 +167,7 @@ func table(t *testing.T, title string, header []string, rows ...[]string) {
 func clusterKeys(t *testing.T, c *redistest.Cluster, n int) [][]string {
 	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
-	owner := map[string]int{}
-	for i, m := range c.Masters {
-		owner[m.Addr] = i
-	}
-	slots, err := c.Masters[0].Admin().ClusterSlots(ctx).Result()
-	require.NoError(t, err)
-	slotOwner := make([]int, 16384)
-	for _, s := range slots {
-		for sl := s.Start; sl <= s.End; sl++ {
-			slotOwner[sl] = owner[s.Nodes[0].Addr]
-		}
-	}
+	slotOwner := slotShards(t, c)
 	groups := make([][]string, len(c.Masters))
 	for i := 0; slices.ContainsFunc(groups, func(g []string) bool { return len(g) < n }); i++ {
 		k := "scenario:" + strconv.Itoa(i)
@@ -199,6 +188,24 @@ func clusterKeys(t *testing.T, c *redistest.Cluster, n int) [][]string {
 		require.NoError(t, err)
 	}
 	return groups
+}
+
+// slotShards maps each slot to the index of the master that owns it at start.
+func slotShards(t *testing.T, cl *redistest.Cluster) []int {
+	t.Helper()
+	owner := map[string]int{}
+	for i, m := range cl.Masters {
+		owner[m.Addr] = i
+	}
+	slots, err := cl.Masters[0].Admin().ClusterSlots(testCtx(t, 10*time.Second)).Result()
+	require.NoError(t, err)
+	out := make([]int, 16384)
+	for _, s := range slots {
+		for sl := s.Start; sl <= s.End; sl++ {
+			out[sl] = owner[s.Nodes[0].Addr]
+		}
+	}
+	return out
 }
 
 // commandCalls sums INFO commandstats calls of cmd (e.g. "cluster|slots")
