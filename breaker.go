@@ -165,7 +165,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && retryReset(c, ctx, err) {
+		if err != nil && err != redis.Nil && retryReset(c, ctx, err) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
@@ -177,7 +177,9 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			n.noteExhausted(c)
 		}
 		for _, cmd := range cmds {
-			if cerr := cmd.Err(); cerr != nil {
+			// A pool timeout fails the whole batch before anything is sent;
+			// the nil replies of a pipeline of GETs skip the check.
+			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
 				cmd.SetErr(n.translate(cerr))
 			}
 		}

@@ -175,7 +175,7 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			return nil
 		}
 		for _, cmd := range cmds {
-			if cerr := cmd.Err(); cerr != nil {
+			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
 				cmd.SetErr(c.translate(ctx, cerr))
 			}
 		}
