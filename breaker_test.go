@@ -261,3 +261,36 @@ func BenchmarkNodeGuard(b *testing.B) {
 		_ = hook(ctx, cmd)
 	}
 }
+
+// The reset retry repeats a command once on the same node, unless the
+// command is marked NoRetry (go-redis's per-command switch, which the
+// health probe uses): then the reset is the answer.
+func TestResetRetryHonoursNoRetry(t *testing.T) {
+	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer c.Close()
+	guard := c.nodes.guard("127.0.0.1:1")
+	ctx := context.Background()
+	calls := 0
+	resetOnce := func(context.Context, redis.Cmder) error {
+		calls++
+		if calls == 1 {
+			return io.EOF
+		}
+		return nil
+	}
+	process := guard.ProcessHook(resetOnce)
+
+	require.NoError(t, process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")))
+	assert.Equal(t, 2, calls, "an ordinary command is retried once after a reset")
+
+	calls = 0
+	err = process(ctx, oneShot{redis.NewCmd(ctx, "set", "k", "v")})
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, 1, calls, "a NoRetry command is not repeated")
+
+	calls = 0
+	pipeline := guard.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error { return resetOnce(ctx, nil) })
+	assert.ErrorIs(t, pipeline(ctx, []redis.Cmder{redis.NewStatusCmd(ctx, "set", "a", "1"), oneShot{redis.NewCmd(ctx, "set", "k", "v")}}), io.EOF)
+	assert.Equal(t, 1, calls, "a batch holding a NoRetry command is not repeated")
+}

@@ -274,17 +274,13 @@ func (c *Client) writeArgs(key string) []any {
 }
 
 // oneShot marks a probe command as not retryable, through go-redis's own
-// per-command switch: Cmder.NoRetry, which every retry loop of a node client
-// consults (baseClient.processWithRetry). A check judges a server that
-// answers by its first answer. Our standalone and Sentinel clients retry once
-// (MaxRetries 1, meant for connections reset by the server), and go-redis
-// counts READONLY and timeouts as retryable, so without this a read-only
-// replica would get the SET twice with a backoff sleep in between, and a hung
-// server would cost two read timeouts. Cluster node clients do not retry
-// (MaxRetries 0) and Cluster checks bypass the cluster client's own loop
-// (see checkCluster); the mark there guards against a future default.
-// go-redis still replays a command that provably never reached the wire (a
-// "forced" retry), which is a first attempt, not a second one.
+// per-command switch: Cmder.NoRetry, which every go-redis retry loop and
+// nodeGuard's reset retry consult. A check judges a server that answers by
+// its first answer: a reset probe connection is a failed step, not a
+// second SET. Cluster checks also bypass the cluster client's own loop (see
+// checkCluster). go-redis still replays a command that provably never
+// reached the wire (a "forced" retry), which is a first attempt, not a
+// second one.
 type oneShot struct{ *redis.Cmd }
 
 func (oneShot) NoRetry() bool { return true }
