@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,6 +156,9 @@ func TestChaos(t *testing.T) {
 	wg.Wait()
 	runtime.GC()
 	endHeap := liveHeap()
+	if path := os.Getenv("REDISGUARD_CHAOS_HEAPPROFILE"); path != "" {
+		writeHeapProfile(t, path) // what the heap holds at endHeap, before Close
+	}
 
 	lost := w.readBack(t, sched.lossy)
 	left := w.drainQueues(t)
@@ -200,6 +205,16 @@ func TestChaos(t *testing.T) {
 	}
 	assert.NotZero(t, r.received, "the subscriber received nothing")
 	assert.NotZero(t, r.healthyTrue, "Healthy never said yes")
+}
+
+// writeHeapProfile writes the heap profile to path, for `go tool pprof
+// -sample_index=inuse_space`.
+func writeHeapProfile(t *testing.T, path string) {
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, pprof.WriteHeapProfile(f))
+	t.Logf("heap profile written to %s", path)
 }
 
 // liveHeap is the heap the last garbage collection found live.
@@ -295,6 +310,7 @@ type chaosWorld struct {
 
 	mu              sync.Mutex
 	counts          map[string]int // guarded by mu: outcome counts by "kind/class"
+	replies         map[string]int // guarded by mu: Redis error replies by their first word
 	okBy            map[string]int // guarded by mu
 	samples         []string       // guarded by mu: the first violations, for the report
 	untyped         int            // guarded by mu
@@ -318,7 +334,7 @@ func newChaosWorld(c, side *Client, shardOf []int) *chaosWorld {
 	return &chaosWorld{
 		c: c, side: side, shardOf: shardOf,
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
-		counts: map[string]int{}, okBy: map[string]int{},
+		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 	}
 }
 
@@ -349,7 +365,16 @@ func (w *chaosWorld) record(kind string, shard int, t0, dl time.Time, err error)
 	case classUntyped:
 		w.untyped++
 		w.sample("untyped: %s: %T %v", kind, err, err)
+	case classReply:
+		w.replies[replyKind(err)]++
 	}
+}
+
+// replyKind is the first word of a Redis error reply (CLUSTERDOWN,
+// READONLY, UNBLOCKED, ...), which names its kind.
+func replyKind(err error) string {
+	kind, _, _ := strings.Cut(err.Error(), " ")
+	return kind
 }
 
 // suspect is an operation that is a violation unless a fault explains it.
@@ -754,7 +779,7 @@ type chaosReport struct {
 	faultFor, faultTook, closeTook time.Duration
 	faults                         []string
 	ops, ok                        int
-	okBy, counts                   map[string]int
+	okBy, counts, replies          map[string]int
 	untyped, redirects, panics     int
 	netHealthy, netFaulted         int
 	overruns                       int
@@ -781,7 +806,7 @@ func (w *chaosWorld) report() chaosReport {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := chaosReport{
-		ops: w.ops, ok: w.ok, okBy: w.okBy, counts: w.counts,
+		ops: w.ops, ok: w.ok, okBy: w.okBy, counts: w.counts, replies: w.replies,
 		untyped: w.untyped, redirects: w.redirects, panics: int(w.panics.Load()),
 		netHealthy: w.netHealthy, netFaulted: w.netFaulted,
 		overruns: w.overruns, worstOverrun: w.worstOverrun, overrunsCrashed: w.overrunsCrashed, overrunsPaused: w.overrunsPaused,
@@ -844,6 +869,10 @@ func (r chaosReport) String() string {
 			b.WriteString("\n   ")
 		}
 		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
+	}
+	b.WriteString("\n  Redis error replies by kind:")
+	for _, k := range slices.Sorted(maps.Keys(r.replies)) {
+		fmt.Fprintf(&b, " %s=%d", k, r.replies[k])
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  [%s] errors typed: %d ops, %d ok; untyped %d, raw MOVED/ASK %d, panics %d; network errors %d on faulted nodes, %d on healthy ones\n",
