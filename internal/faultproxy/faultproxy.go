@@ -37,6 +37,12 @@ const (
 	// accepted and reset straight away. Clients see "connection reset by
 	// peer" or EOF, never a timeout.
 	Reset
+	// LoseOneReply lets requests through and loses the next reply: the
+	// first connection the server answers is reset instead of getting the
+	// answer, and the proxy returns to Pass. The server has run the
+	// command; the client sees its connection reset after sending it, the
+	// case where a retry runs a command twice.
+	LoseOneReply
 )
 
 func (m Mode) String() string {
@@ -47,6 +53,8 @@ func (m Mode) String() string {
 		return "blackhole"
 	case Reset:
 		return "reset"
+	case LoseOneReply:
+		return "lose-one-reply"
 	}
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -134,7 +142,7 @@ func (p *Proxy) Stats() Stats {
 // immediately: entering Reset resets them all, and leaving Blackhole resets
 // those that lost bytes (see Blackhole).
 func (p *Proxy) SetMode(m Mode) error {
-	if m < Pass || m > Reset {
+	if m < Pass || m > LoseOneReply {
 		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
 	}
 	p.mu.Lock()
@@ -266,7 +274,13 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			// lock as SetMode scans for tainted links means no link can
 			// be tainted after a switch to Pass has decided to spare it.
 			p.mu.Lock()
-			swallow := p.mode != Pass
+			if p.mode == LoseOneReply && src == l.server {
+				p.mode = Pass
+				p.mu.Unlock()
+				p.reset(l)
+				return
+			}
+			swallow := p.mode != Pass && p.mode != LoseOneReply
 			if swallow {
 				l.tainted = true
 				p.stats.Swallowed += int64(n)

@@ -262,9 +262,42 @@ func TestResetConns(t *testing.T) {
 	}
 }
 
+// LoseOneReply: the server runs the command, the client's connection is
+// reset instead of answered, and the proxy is back in Pass for the next one.
+func TestLoseOneReply(t *testing.T) {
+	srv, p := setup(t)
+	raw, rawR := rawConn(t, p)
+	if _, err := ping(raw, rawR); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetMode(LoseOneReply); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(raw, "*3\r\n$5\r\nRPUSH\r\n$1\r\nq\r\n$1\r\nx\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawR.ReadByte(); !isReset(err) {
+		t.Fatalf("read after RPUSH: %v, want a reset", err)
+	}
+	if items, err := srv.List("q"); err != nil || len(items) != 1 {
+		t.Fatalf("server list q = %v, %v: want the one item the lost reply was for", items, err)
+	}
+	if p.Mode() != Pass {
+		t.Fatalf("mode %v after the lost reply, want pass", p.Mode())
+	}
+	c := client(t, p.Addr())
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING after the lost reply: %v", err)
+	}
+	if s := p.Stats(); s.Reset != 1 {
+		t.Fatalf("stats %+v: want one reset", s)
+	}
+}
+
 func TestSetModeRejectsUnknown(t *testing.T) {
 	_, p := setup(t)
-	for _, m := range []Mode{-1, Reset + 1} {
+	for _, m := range []Mode{-1, LoseOneReply + 1} {
 		if err := p.SetMode(m); err == nil {
 			t.Errorf("SetMode(%d) accepted", int(m))
 		}
@@ -275,7 +308,7 @@ func TestSetModeRejectsUnknown(t *testing.T) {
 }
 
 func TestModeString(t *testing.T) {
-	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", 7: "Mode(7)"} {
+	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", LoseOneReply: "lose-one-reply", 7: "Mode(7)"} {
 		if got := m.String(); got != want {
 			t.Errorf("Mode(%d).String() = %q, want %q", int(m), got, want)
 		}
