@@ -139,6 +139,10 @@ func (a *admission) build() redis.UniversalClient {
 		// its CLUSTER SLOTS go through the shared single-flight cache.
 		cc := c.build(size).(*redis.ClusterClient)
 		c.topo.attach(cc)
+		// Redirects on the long client are followed by go-redis's loop
+		// (process, batch); a cycle ends typed there too, not as the raw
+		// MOVED the loop gives up with.
+		cc.AddHook(divergenceHook{c})
 		return cc
 	}
 	// In Standalone and Sentinel mode build installs the node's guard on the

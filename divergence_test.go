@@ -783,3 +783,33 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+// Blocking commands run on the long client (admission.go), which follows
+// redirects with go-redis's own loop; a redirect cycle must end there as it
+// does for ordinary commands, typed, not as the raw MOVED go-redis gives up
+// with. (Found by the chaos soak: BLPOPs returned raw MOVED in a graceful
+// failover.)
+func TestDivergenceCycleOnBlockingCommandsIsTyped(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ClusterNodeTimeout: time.Second, ReadTimeout: time.Second})
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+	key := cl.KeyOn(t, cl.Masters[0], "div:blocking:")
+	cycle(t, cl, key)
+
+	err := c.BLPop(ctx, 100*time.Millisecond, key).Err()
+	require.ErrorIs(t, err, ErrClusterFailover, "BLPOP")
+	_, moved := redis.IsMovedError(err)
+	assert.False(t, moved, "the raw redirect leaked")
+
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.BLPop(ctx, 100*time.Millisecond, key)
+		return nil
+	})
+	require.Error(t, err)
+	for _, cmd := range cmds {
+		_, _, raw := redirectOf(cmd.Err())
+		assert.False(t, raw, "a raw redirect leaked from a blocking pipeline: %v", cmd.Err())
+		assert.True(t, errors.Is(cmd.Err(), ErrClusterFailover) || errors.Is(cmd.Err(), ErrSlotMapCorruption), "%v", cmd.Err())
+	}
+}
