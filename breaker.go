@@ -120,13 +120,19 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			n.br.Done(t, breaker.Success)
 			return err
 		}
-		if !cmd.NoRetry() && retryReset(c, ctx, err) {
+		unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
+		if !unrepeatable && !cmd.NoRetry() && retryReset(c, ctx, err) {
 			err = next(ctx, cmd)
 		}
 		n.inFlight.Add(-1)
 		n.br.Done(t, outcome(ctx, err))
 		if err == nil || isRedisReply(err) {
 			return err
+		}
+		if unrepeatable {
+			// Not repeated here, and not by go-redis's cluster loop either,
+			// which finds no network error in what it gets (repeat.go).
+			return n.outcomeUnknown(cmd, err)
 		}
 		if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
 			n.noteExhausted(c)
@@ -165,7 +171,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && !anyNoRetry(cmds) {
+		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && !anyNoRetry(cmds) && allRepeatable(cmds) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)

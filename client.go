@@ -226,6 +226,6 @@ func isRedisReply(err error) bool {
 // isGuardError reports whether err is one of redisguard's own decisions,
 // which take precedence over a context that expired meanwhile.
 func isGuardError(err error) bool {
-	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) ||
+	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption)
 }

@@ -258,7 +258,7 @@ func TestErrorsAreNotRetryableToGoRedis(t *testing.T) {
 	// go-redis decides retries by Timeout() methods, net.Error and
 	// pool.ErrPoolTimeout; our sentinels must look like none of them.
 	for _, err := range []error{ErrClosed, ErrInvalidConfig, ErrNodeUnavailable, ErrPoolExhausted,
-		ErrClusterFailover, ErrSlotMapCorruption, &NodeError{Addr: "a:1", Err: ErrNodeUnavailable}} {
+		ErrClusterFailover, ErrSlotMapCorruption, ErrOutcomeUnknown, &NodeError{Addr: "a:1", Err: ErrNodeUnavailable}} {
 		var timeout interface{ Timeout() bool }
 		assert.False(t, errors.As(err, &timeout), "%v has a Timeout method", err)
 		assert.False(t, errors.Is(err, redis.ErrPoolTimeout), "%v wraps the pool timeout", err)

@@ -17,6 +17,9 @@
 //     breaker. Connection failures and timeouts open it; error replies are
 //     answers and do not. While it is open, commands for that node fail at
 //     once with ErrNodeUnavailable instead of queueing behind a dead socket.
+//     The same hook retries a reset connection once, except for commands
+//     that are not safe to repeat (RPUSH, INCR, SET NX...; repeat.go), which
+//     end with ErrOutcomeUnknown when they may have run.
 //   - In Cluster mode, the same node hook sees every CLUSTER SLOTS that
 //     go-redis sends and makes the slot-map refresh single-flight and
 //     rate-limited; an opening breaker triggers a refresh, so writes follow a

@@ -42,6 +42,13 @@ var (
 	// but the client still bounced between nodes: the client's own slot map
 	// was wrong. A refresh has been forced; retrying is reasonable.
 	ErrSlotMapCorruption = errors.New("redisguard: slot map corruption")
+	// ErrOutcomeUnknown means the connection failed (reset, closed, timed
+	// out) after a command that is not safe to repeat may have reached the
+	// server: RPUSH, INCR, SET NX, EVAL and the like (see repeat.go). It may
+	// or may not have run, so it was not retried. It arrives wrapped in a
+	// *NodeError naming the node, with the network error's text. Read back
+	// before retrying by hand.
+	ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")
 )
 
 // NodeError is the one typed error: a failure attributable to one node. Err

@@ -1,0 +1,151 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/faultproxy"
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+func TestRepeatable(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []any
+		want bool
+	}{
+		{[]any{"get", "k"}, true},
+		{[]any{"set", "k", "v"}, true},
+		{[]any{"set", "k", "nx"}, true}, // the value "nx", not the option
+		{[]any{"set", "k", "v", "ex", 10}, true},
+		{[]any{"SET", "k", "v", "NX", "PX", 3000}, false},
+		{[]any{"set", "k", "v", "get"}, false},
+		{[]any{"del", "k"}, true},
+		{[]any{"sadd", "s", "m"}, true},
+		{[]any{"rpush", "q", "x"}, false},
+		{[]any{"LPUSH", "q", "x"}, false},
+		{[]any{"incr", "n"}, false},
+		{[]any{"hincrby", "h", "f", 1}, false},
+		{[]any{"publish", "ch", "m"}, false},
+		{[]any{"xadd", "s", "*", "f", "v"}, false},
+		{[]any{"setnx", "k", "v"}, false},
+		{[]any{"eval", "return 1", 0}, false},
+		{[]any{"lpop", "q"}, true}, // a lost pop is lost either way; the retry duplicates nothing
+		{[]any{"blpop", "q", 1}, true},
+		{[]any{"no-such-command"}, true},
+	} {
+		assert.Equal(t, tc.want, repeatable(redis.NewCmd(ctx, tc.args...)), "%v", tc.args)
+	}
+}
+
+// The node guard's decision, with go-redis's network replaced by a stub: an
+// unrepeatable command whose connection failed after the write ends with
+// ErrOutcomeUnknown, once, in a form go-redis's retry loops do not retry;
+// failures that prove the command did not run leave it repeatable.
+func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
+	ctx := context.Background()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	brokenWrite := &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
+	for _, mode := range []Mode{ModeStandalone, ModeCluster} {
+		c, err := NewClient(Config{Mode: mode, Addrs: []string{"127.0.0.1:1"}})
+		require.NoError(t, err)
+		defer c.Close()
+		guard := c.nodes.guard("127.0.0.1:1")
+		for _, tc := range []struct {
+			name      string
+			cause     error
+			cmd       []any
+			wantCalls int // Standalone; in Cluster go-redis's loop retries, not the guard
+			unknown   bool
+		}{
+			{"reset RPUSH", reset, []any{"rpush", "q", "x"}, 1, true},
+			{"EOF INCR", io.EOF, []any{"incr", "n"}, 1, true},
+			{"timeout SET NX", timeout, []any{"set", "lock", "me", "nx"}, 1, true},
+			{"reset SET", reset, []any{"set", "k", "v"}, 2, false},
+			{"failed write RPUSH", brokenWrite, []any{"rpush", "q", "x"}, 2, false},
+		} {
+			t.Run(mode.String()+"/"+tc.name, func(t *testing.T) {
+				calls := 0
+				process := guard.ProcessHook(func(context.Context, redis.Cmder) error {
+					calls++
+					if calls == 1 {
+						return tc.cause
+					}
+					return nil
+				})
+				err := process(ctx, redis.NewCmd(ctx, tc.cmd...))
+				if !tc.unknown {
+					if mode == ModeCluster {
+						assert.Equal(t, 1, calls)
+						assert.ErrorIs(t, err, tc.cause, "left for go-redis's cluster loop to retry")
+					} else {
+						assert.Equal(t, tc.wantCalls, calls)
+						assert.NoError(t, err)
+					}
+					return
+				}
+				assert.Equal(t, 1, calls, "sent once")
+				require.ErrorIs(t, err, ErrOutcomeUnknown)
+				var ne *NodeError
+				require.ErrorAs(t, err, &ne)
+				assert.Equal(t, "127.0.0.1:1", ne.Addr)
+				assert.Contains(t, err.Error(), tc.cause.Error(), "the cause is quoted")
+				// What go-redis's shouldRetry looks for: none of it may show.
+				var netErr net.Error
+				assert.False(t, errors.As(err, &netErr), "a net.Error shows through")
+				assert.False(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET), "the cause shows through")
+			})
+		}
+	}
+}
+
+// The case itself, on a real server: the proxy lets an RPUSH through and
+// resets the connection instead of delivering the reply. go-redis alone
+// retries and pushes the item twice; redisguard pushes it once and says the
+// outcome is unknown. A SET, which is safe to repeat, is retried.
+func TestLostReplyDoesNotRepeatRPush(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	ctx := testCtx(t, 20*time.Second)
+
+	stock := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	defer stock.Close()
+	guarded := newTestClient(t, Config{Addrs: []string{proxy.Addr()}})
+	length := func(key string) int64 {
+		n, err := srv.Admin().LLen(ctx, key).Result()
+		require.NoError(t, err)
+		return n
+	}
+
+	require.NoError(t, stock.Ping(ctx).Err()) // a pooled connection through the proxy
+	require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+	require.NoError(t, stock.RPush(ctx, "queue:go-redis", "item").Err(), "go-redis retried the reset")
+	assert.Equal(t, int64(2), length("queue:go-redis"), "go-redis alone pushes the item twice")
+
+	require.NoError(t, guarded.Ping(ctx).Err())
+	require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+	err = guarded.RPush(ctx, "queue:redisguard", "item").Err()
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	assert.Contains(t, err.Error(), "RPUSH may have run")
+	assert.Equal(t, int64(1), length("queue:redisguard"), "redisguard pushes it once")
+
+	require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+	require.NoError(t, guarded.Set(ctx, "k", "v", 0).Err(), "a SET is retried after the reset")
+	got, err := srv.Admin().Get(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+	assert.Equal(t, "closed", guarded.Stats().Nodes[0].State, "a lost reply is no node failure")
+}
