@@ -1,0 +1,300 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How the chaos soak (chaos_test.go) judges what its workload recorded, and
+// the invariants report it prints.
+
+// errClass is what the invariants make of an operation's outcome.
+type errClass int
+
+const (
+	classOK       errClass = iota // success, or redis.Nil
+	classGuard                    // ErrNodeUnavailable, ErrPoolExhausted, ErrClusterFailover, ErrSlotMapCorruption, ErrClosed
+	classContext                  // the caller's context
+	classReply                    // a Redis error reply other than a redirect
+	classNet                      // a network error (allowed on a faulted node only)
+	classRedirect                 // a raw MOVED or ASK: a violation
+	classUntyped                  // anything else: a violation
+)
+
+func classifyOutcome(err error) errClass {
+	switch {
+	case err == nil || err == redis.Nil:
+		return classOK
+	case errors.Is(err, ErrOutcomeUnknown):
+		return classNet // the network failed a command that may have run: allowed on a faulted node only
+	case isGuardError(err) || errors.Is(err, ErrClosed):
+		return classGuard
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return classContext
+	}
+	if _, _, ok := redirectOf(err); ok {
+		return classRedirect
+	}
+	if isRedisReply(err) {
+		return classReply
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) {
+		return classNet
+	}
+	return classUntyped
+}
+
+// record classifies one operation's outcome on shard, started at t0 with
+// deadline dl.
+func (w *chaosWorld) record(kind string, shard int, t0, dl time.Time, err error) {
+	end := time.Now()
+	class := classifyOutcome(err)
+	// An error that names its node is that node's shard's: PUBLISH goes to
+	// any node, and a key's shard is only where go-redis sent it first.
+	var ne *NodeError
+	if errors.As(err, &ne) {
+		if s, ok := w.nodeOf[ne.Addr]; ok {
+			shard = s
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops++
+	over := end.Sub(dl)
+	if over > chaosOverrun || class == classNet {
+		// Judged at the end: a node that crashed by itself is found, and
+		// its fault window opened, only after the fact.
+		w.suspects = append(w.suspects, suspect{kind: kind, shard: shard, t0: t0, end: end, over: over, err: fmt.Sprint(err), net: class == classNet})
+	}
+	w.counts[kind+"/"+class.String()]++
+	switch class {
+	case classOK:
+		w.ok++
+		w.okBy[kind]++
+	case classRedirect:
+		w.redirects++
+		w.sample("raw redirect: %s: %v", kind, err)
+	case classUntyped:
+		w.untyped++
+		w.sample("untyped: %s: %T %v", kind, err, err)
+	case classReply:
+		w.replies[replyKind(err)]++
+	}
+}
+
+// replyKind is the first word of a Redis error reply (CLUSTERDOWN,
+// READONLY, UNBLOCKED, ...), which names its kind.
+func replyKind(err error) string {
+	kind, _, _ := strings.Cut(err.Error(), " ")
+	return kind
+}
+
+// suspect is an operation that is a violation unless a fault explains it.
+type suspect struct {
+	kind    string
+	shard   int
+	t0, end time.Time
+	over    time.Duration // past the context deadline
+	err     string
+	net     bool // a network error
+}
+
+// judge sorts the suspects: a network error is the fault's when its shard
+// was under a fault; an overrun is excused only on a node that crashed by
+// itself (see chaosSchedule.settle), where CLIENT UNBLOCK cannot reach it.
+func (w *chaosWorld) judge() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.suspects {
+		at := s.t0.Format("15:04:05.000 ")
+		if s.over > w.worstOverrun {
+			w.worstOverrun = s.over
+		}
+		if s.over > chaosOverrun {
+			switch {
+			case w.faults.active(s.shard, s.t0, s.end, crashKind):
+				w.overrunsCrashed++
+			case s.over <= unblockGrace+chaosOverrun && w.faults.active(s.shard, s.t0, s.end, "graceful-failover"):
+				// CLUSTER FAILOVER pauses the old master's writes for up
+				// to 5s, BLPOP included, and CLIENT UNBLOCK cannot end a
+				// command the server has postponed: the call runs to the
+				// read deadline admission.go sets, unblockGrace past the
+				// context's. A known gap, reported, not failed.
+				w.overrunsPaused++
+			default:
+				w.overruns++
+				w.sample(at+"overrun %v: %s on shard %d: %s", s.over, s.kind, s.shard, s.err)
+			}
+		}
+		if s.net {
+			if w.faults.active(s.shard, s.t0, s.end) {
+				w.netFaulted++
+			} else {
+				w.netHealthy++
+				w.sample(at+"network error on healthy shard %d: %s: %s", s.shard, s.kind, s.err)
+			}
+		}
+	}
+	w.suspects = nil
+}
+
+// sample keeps the first violations for the report. Called with mu held.
+func (w *chaosWorld) sample(format string, args ...any) {
+	if len(w.samples) < 20 {
+		w.samples = append(w.samples, fmt.Sprintf(format, args...))
+	}
+}
+
+func (c errClass) String() string {
+	return [...]string{"ok", "guard", "context", "reply", "net", "redirect", "untyped"}[c]
+}
+
+// chaosReport is the invariants report.
+type chaosReport struct {
+	seed                           uint64
+	faultFor, faultTook, closeTook time.Duration
+	faults                         []string
+	ops, ok                        int
+	okBy, counts, replies          map[string]int
+	untyped, redirects, panics     int
+	netHealthy, netFaulted         int
+	overruns                       int
+	worstOverrun                   time.Duration
+	pushed, popped, dupPops, left  int
+	strays                         int
+	replayedPops                   int
+	overrunsCrashed                int
+	overrunsPaused                 int
+	crashes                        int
+	dups                           []string
+	lost                           []string
+	received, published            int64
+	healthyTrue, healthyFalse      int64
+	healthyWorst                   time.Duration
+	warmHeap, endHeap              uint64
+	leak                           error
+	conns                          []string
+	samples                        string
+}
+
+func (w *chaosWorld) report() chaosReport {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := chaosReport{
+		ops: w.ops, ok: w.ok, okBy: w.okBy, counts: w.counts, replies: w.replies,
+		untyped: w.untyped, redirects: w.redirects, panics: int(w.panics.Load()),
+		netHealthy: w.netHealthy, netFaulted: w.netFaulted,
+		overruns: w.overruns, worstOverrun: w.worstOverrun, overrunsCrashed: w.overrunsCrashed, overrunsPaused: w.overrunsPaused,
+		received: w.received.Load(), published: w.published.Load(),
+		healthyTrue: w.healthyTrue.Load(), healthyFalse: w.healthyFalse.Load(),
+		healthyWorst: time.Duration(w.healthyWorst.Load()),
+		samples:      strings.Join(w.samples, "\n    "),
+	}
+	w.popMu.Lock()
+	for id, rec := range w.items {
+		if rec.acked {
+			r.pushed++
+		}
+		r.popped += int(rec.pops)
+		switch {
+		case rec.pops > 1 && rec.lossy:
+			// A pop on a master that then lost its place to a replica
+			// the pop had not reached yet: Redis's asynchronous
+			// replication un-pops it. Reported, not failed.
+			r.replayedPops++
+		case rec.pops > 1:
+			r.dupPops++
+			if len(r.dups) < 10 {
+				r.dups = append(r.dups, fmt.Sprintf("%d:%d popped %d times: pushed %s (acknowledged %v), popped %s and %s",
+					id>>20, id&(1<<20-1), rec.pops, fmtMilli(rec.pushAt), rec.acked, fmtMilli(rec.popAt[0]), fmtMilli(rec.popAt[1])))
+			}
+		}
+		if rec.pops > 0 && !rec.acked {
+			r.strays++ // pushed, but its acknowledgement was lost: allowed
+		}
+	}
+	w.popMu.Unlock()
+	return r
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+func (r chaosReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nchaos invariants report (seed %d; faults %v planned, %v taken)\n", r.seed, r.faultFor, r.faultTook.Round(time.Millisecond))
+	b.WriteString("  faults:\n")
+	for _, f := range r.faults {
+		b.WriteString("    " + f + "\n")
+	}
+	keys := make([]string, 0, len(r.counts))
+	for k := range r.counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteString("  outcomes by op/class:\n   ")
+	for i, k := range keys {
+		if i > 0 && i%6 == 0 {
+			b.WriteString("\n   ")
+		}
+		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
+	}
+	b.WriteString("\n  Redis error replies by kind:")
+	for _, k := range slices.Sorted(maps.Keys(r.replies)) {
+		fmt.Fprintf(&b, " %s=%d", k, r.replies[k])
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "  [%s] errors typed: %d ops, %d ok; untyped %d, raw MOVED/ASK %d, panics %d; network errors %d on faulted nodes, %d on healthy ones\n",
+		passFail(r.untyped+r.redirects+r.panics+r.netHealthy == 0), r.ops, r.ok, r.untyped, r.redirects, r.panics, r.netFaulted, r.netHealthy)
+	fmt.Fprintf(&b, "  [%s] acknowledged values readable on keys no data-losing fault touched: %d lost\n", passFail(len(r.lost) == 0), len(r.lost))
+	for i, l := range r.lost {
+		if i == 5 {
+			break
+		}
+		b.WriteString("      " + l + "\n")
+	}
+	fmt.Fprintf(&b, "  [%s] queue items popped at most once: %d acknowledged pushes, %d pops (incl. %d drained at the end, %d whose push ack was lost); %d popped twice; not counted: %d popped again after a lossy failover\n",
+		passFail(r.dupPops == 0), r.pushed, r.popped, r.left, r.strays, r.dupPops, r.replayedPops)
+	for _, d := range r.dups {
+		b.WriteString("      " + d + "\n")
+	}
+	fmt.Fprintf(&b, "  [%s] no call outlived its context by more than %v: %d did; worst overrun %v (negative: none reached its deadline); not counted: %d on a node that crashed by itself (%d crashes), %d BLPOPs postponed by a graceful failover's write pause (each within %v)\n",
+		passFail(r.overruns == 0), chaosOverrun, r.overruns, r.worstOverrun.Round(time.Millisecond), r.overrunsCrashed, r.crashes, r.overrunsPaused, unblockGrace+chaosOverrun)
+	fmt.Fprintf(&b, "  [%s] goroutines back to the starting level after Close (goleak): %v\n", passFail(r.leak == nil), errOrNone(r.leak))
+	fmt.Fprintf(&b, "  [%s] no connection named %s or %s left on any server after Close: %d left (Close took %v)\n",
+		passFail(len(r.conns) == 0), chaosName, chaosSideName, len(r.conns), r.closeTook.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  [%s] heap bounded: %.1f MiB after warm-up, %.1f MiB after the run (x%.2f; limit x%d)\n",
+		passFail(r.endHeap <= chaosHeap*r.warmHeap), float64(r.warmHeap)/(1<<20), float64(r.endHeap)/(1<<20), float64(r.endHeap)/float64(r.warmHeap), chaosHeap)
+	fmt.Fprintf(&b, "  [%s] no redis-server crashed by itself: %d did (CLIENT UNBLOCK ... TIMEOUT on a postponed BLPOP once did; see TestBlockingCancelDuringWritePauseKeepsServerUp)\n",
+		passFail(r.crashes == 0), r.crashes)
+	fmt.Fprintf(&b, "  subscriber: %d published, %d received; Healthy: %d true, %d false, slowest %v\n",
+		r.published, r.received, r.healthyTrue, r.healthyFalse, r.healthyWorst.Round(time.Millisecond))
+	if r.samples != "" {
+		b.WriteString("  violations (first 20):\n    " + r.samples + "\n")
+	}
+	return b.String()
+}
+
+func errOrNone(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return err.Error()
+}

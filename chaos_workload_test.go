@@ -1,0 +1,410 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// The chaos soak's workload (chaos_test.go): 100 goroutines and what they
+// record.
+
+// chaosWorld is the workload and what it recorded.
+type chaosWorld struct {
+	c, side *Client
+	shardOf []int          // slot -> shard
+	nodeOf  map[string]int // node address -> shard, for errors that name their node
+
+	faults faultWindows
+
+	// Per-key acknowledged state: each key has one writer, and its values
+	// only grow, so a read-back must find at least the last acknowledged.
+	ackMu sync.Mutex
+	acked map[string]int64 // guarded by ackMu
+
+	popMu sync.Mutex
+	items map[uint32]itemRec // guarded by popMu: every item pushed or popped, by itemID
+
+	mu              sync.Mutex
+	counts          map[string]int // guarded by mu: outcome counts by "kind/class"
+	replies         map[string]int // guarded by mu: Redis error replies by their first word
+	okBy            map[string]int // guarded by mu
+	samples         []string       // guarded by mu: the first violations, for the report
+	untyped         int            // guarded by mu
+	redirects       int            // guarded by mu
+	netHealthy      int            // guarded by mu
+	netFaulted      int            // guarded by mu
+	overruns        int            // guarded by mu
+	worstOverrun    time.Duration  // guarded by mu
+	ops, ok         int            // guarded by mu
+	suspects        []suspect      // guarded by mu
+	overrunsCrashed int            // guarded by mu
+	overrunsPaused  int            // guarded by mu
+
+	panics, received, published atomic.Int64
+	healthyTrue, healthyFalse   atomic.Int64
+	healthyWorst                atomic.Int64 // ns
+	subErrs                     atomic.Int64
+}
+
+func newChaosWorld(c, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
+	nodeOf := map[string]int{}
+	for i := range cl.Masters {
+		nodeOf[cl.Masters[i].Addr] = i
+		nodeOf[cl.Replicas[i].Addr] = i
+	}
+	return &chaosWorld{
+		c: c, side: side, shardOf: shardOf, nodeOf: nodeOf,
+		acked: map[string]int64{}, items: map[uint32]itemRec{},
+		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
+	}
+}
+
+func (w *chaosWorld) shard(key string) int { return w.shardOf[redistest.Slot(key)] }
+
+func (w *chaosWorld) ack(key string, v int64) {
+	w.ackMu.Lock()
+	if v > w.acked[key] {
+		w.acked[key] = v
+	}
+	w.ackMu.Unlock()
+}
+
+// start launches the 100 goroutines: 68 cluster kv workers (GET/SET,
+// pipelines, transactions, PUBLISH), 10 RPUSH/BLPOP pairs, 10 workers on the
+// proxied standalone server, a subscriber, and Healthy every 200ms.
+func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
+	const kv, pairs, side = 68, 10, 10
+	spawn := func(id int, fn func(id int, rng *rand.Rand, stop <-chan struct{})) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					w.panics.Add(1)
+					w.mu.Lock()
+					w.sample("panic in worker %d: %v", id, r)
+					w.mu.Unlock()
+				}
+			}()
+			fn(id, rand.New(rand.NewPCG(uint64(id), 7)), stop)
+		}()
+	}
+	id := 0
+	for range kv {
+		spawn(id, w.kvWorker)
+		id++
+	}
+	for range pairs {
+		spawn(id, w.pusher)
+		id++
+		spawn(id, w.popper)
+		id++
+	}
+	for range side {
+		spawn(id, w.sideWorker)
+		id++
+	}
+	spawn(id, w.subscriber)
+	id++
+	spawn(id, w.healthChecker)
+}
+
+// loop calls op until stop, pausing a little between calls so that 100
+// goroutines on 2 CPUs under -race measure the client, not the scheduler.
+func loop(rng *rand.Rand, stop <-chan struct{}, op func()) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		op()
+		time.Sleep(time.Duration(2+rng.IntN(8)) * time.Millisecond)
+	}
+}
+
+func opCtx() (context.Context, context.CancelFunc, time.Time, time.Time) {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), chaosOpTime)
+	dl, _ := ctx.Deadline()
+	return ctx, cancel, t0, dl
+}
+
+func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
+	keys := make([]string, chaosKeys)
+	for i := range keys {
+		keys[i] = "chaos:kv:" + strconv.Itoa(id) + ":" + strconv.Itoa(i)
+	}
+	txKey := "{chaos:tx:" + strconv.Itoa(id) + "}"
+	var next int64
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		switch p := rng.IntN(100); {
+		case p < 35:
+			k := keys[rng.IntN(len(keys))]
+			next++
+			err := w.c.Set(ctx, k, next, 0).Err()
+			if err == nil {
+				w.ack(k, next)
+			}
+			w.record("kv", w.shard(k), t0, dl, err)
+		case p < 60:
+			k := keys[rng.IntN(len(keys))]
+			w.record("kv", w.shard(k), t0, dl, w.c.Get(ctx, k).Err())
+		case p < 80:
+			batch := make([]string, 4)
+			vals := make([]int64, len(batch))
+			cmds, _ := w.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i := range batch {
+					batch[i] = keys[rng.IntN(len(keys))]
+					next++
+					vals[i] = next
+					p.Set(ctx, batch[i], next, 0)
+				}
+				return nil
+			})
+			for i, cmd := range cmds {
+				if cmd.Err() == nil {
+					w.ack(batch[i], vals[i])
+				}
+				w.record("pipeline", w.shard(batch[i]), t0, dl, cmd.Err())
+			}
+		case p < 95:
+			var incr *redis.IntCmd
+			_, err := w.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				incr = p.Incr(ctx, txKey+":n")
+				p.Set(ctx, txKey+":at", t0.UnixNano(), 0)
+				return nil
+			})
+			if err == nil {
+				w.ack(txKey+":n", incr.Val())
+			}
+			w.record("tx", w.shard(txKey), t0, dl, err)
+		default:
+			err := w.c.Publish(ctx, chaosChannel, id).Err()
+			if err == nil {
+				w.published.Add(1)
+			}
+			w.record("publish", w.shard(chaosChannel), t0, dl, err)
+		}
+	})
+}
+
+func queueKey(i int) string { return "chaos:queue:" + strconv.Itoa(i) }
+
+func (w *chaosWorld) pusher(id int, rng *rand.Rand, stop <-chan struct{}) {
+	n := 0
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		q := queueKey(rng.IntN(chaosQueues))
+		n++
+		item := strconv.Itoa(id) + ":" + strconv.Itoa(n)
+		err := w.c.RPush(ctx, q, item).Err()
+		w.popMu.Lock()
+		rec := w.items[itemID(id, n)]
+		// A fault on the queue's node (CLIENT KILL, a pause) may drop the
+		// connection after the server ran the RPUSH and before the reply
+		// came: RPUSH is not retried then (ErrOutcomeUnknown), so the item
+		// is in the queue once or not at all, and a pop of it is a stray.
+		rec.pushAt, rec.acked = t0.UnixMilli(), err == nil
+		w.items[itemID(id, n)] = rec
+		w.popMu.Unlock()
+		w.record("push", w.shard(q), t0, dl, err)
+	})
+}
+
+func (w *chaosWorld) popper(_ int, rng *rand.Rand, stop <-chan struct{}) {
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		q := queueKey(rng.IntN(chaosQueues))
+		res, err := w.c.BLPop(ctx, time.Second, q).Result()
+		if err == nil {
+			w.pop(res[1], w.faults.active(w.shard(q), t0, time.Now(), lossyKinds...))
+		}
+		w.record("pop", w.shard(q), t0, dl, err)
+	})
+}
+
+// itemRec is what the soak knows of one queue item; kept small, so that the
+// bookkeeping of a long soak does not drown the heap check.
+type itemRec struct {
+	pushAt int64    // unix ms of the push attempt
+	popAt  [2]int64 // unix ms of the first two pops
+	pops   uint8
+	acked  bool // the RPUSH was acknowledged
+	lossy  bool // popped while a lossy fault hit the queue's shard
+}
+
+// itemID packs a pusher's id and its push count; items are "id:n".
+func itemID(id, n int) uint32 { return uint32(id)<<20 | uint32(n)&(1<<20-1) }
+
+func parseItem(s string) (uint32, bool) {
+	a, b, ok := strings.Cut(s, ":")
+	id, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	return itemID(id, n), ok && err1 == nil && err2 == nil
+}
+
+func fmtMilli(ms int64) string { return time.UnixMilli(ms).Format("15:04:05.000") }
+
+func (w *chaosWorld) pop(item string, lossy bool) {
+	id, ok := parseItem(item)
+	if !ok {
+		w.mu.Lock()
+		w.sample("popped %q, which no pusher made", item)
+		w.untyped++
+		w.mu.Unlock()
+		return
+	}
+	w.popMu.Lock()
+	defer w.popMu.Unlock()
+	rec := w.items[id]
+	if int(rec.pops) < len(rec.popAt) {
+		rec.popAt[rec.pops] = time.Now().UnixMilli()
+	}
+	rec.pops++
+	rec.lossy = rec.lossy || lossy
+	w.items[id] = rec
+}
+
+func (w *chaosWorld) sideWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
+	k := "chaos:side:" + strconv.Itoa(id)
+	var next int64
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		var err error
+		if rng.IntN(2) == 0 {
+			next++
+			if err = w.side.Set(ctx, k, next, 0).Err(); err == nil {
+				w.ack("side|"+k, next)
+			}
+		} else {
+			err = w.side.Get(ctx, k).Err()
+		}
+		w.record("side", sideShard, t0, dl, err)
+	})
+}
+
+// subscriber receives on chaosChannel on one PubSub for the whole run;
+// go-redis reconnects it after an error. An idle ReceiveTimeout is no error.
+func (w *chaosWorld) subscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
+	sub := w.c.Subscribe(context.Background(), chaosChannel)
+	defer sub.Close()
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		msg, err := sub.ReceiveTimeout(ctx, 500*time.Millisecond)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && !w.faults.active(w.shard(chaosChannel), t0, time.Now()) {
+			err = nil // nothing published for 500ms
+		}
+		if _, ok := msg.(*redis.Message); ok {
+			w.received.Add(1)
+		}
+		if err != nil {
+			w.subErrs.Add(1)
+		}
+		w.record("subscribe", w.shard(chaosChannel), t0, dl, err)
+	})
+}
+
+func (w *chaosWorld) healthChecker(_ int, _ *rand.Rand, stop <-chan struct{}) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel, t0, dl := opCtx()
+		ok := w.c.Healthy(ctx, "redisguard:health:chaos")
+		cancel()
+		if ok {
+			w.healthyTrue.Add(1)
+		} else {
+			w.healthyFalse.Add(1)
+		}
+		took := time.Since(t0)
+		if took > time.Duration(w.healthyWorst.Load()) {
+			w.healthyWorst.Store(int64(took))
+		}
+		w.record("healthy", -1, t0, dl, nil)
+	}
+}
+
+// readBack reads every acknowledged key through a fresh go-redis client and
+// returns those that lost their last acknowledged value on a shard that no
+// data-losing fault touched (lossy[shard]); losses elsewhere are reported,
+// not failed.
+func (w *chaosWorld) readBack(t *testing.T, lossy map[int]bool) []string {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	var lost []string
+	for key, want := range w.acked {
+		var got int64
+		var err error
+		if k, ok := strings.CutPrefix(key, "side|"); ok {
+			got, err = w.side.Get(ctx, k).Int64()
+		} else {
+			got, err = w.c.Get(ctx, key).Int64()
+		}
+		if err != nil && err != redis.Nil {
+			t.Errorf("read-back of %s: %v", key, err)
+			continue
+		}
+		if got >= want {
+			continue
+		}
+		shard := sideShard
+		if !strings.HasPrefix(key, "side|") {
+			shard = w.shard(key)
+		}
+		msg := fmt.Sprintf("%s (shard %d): acknowledged %d, read %d", key, shard, want, got)
+		if lossy[shard] {
+			w.mu.Lock()
+			w.counts["lost-on-faulted-shard"]++
+			w.mu.Unlock()
+			continue
+		}
+		lost = append(lost, msg)
+	}
+	return lost
+}
+
+// drainQueues pops what is left, so that items pushed but never popped count
+// as neither lost nor duplicated, and returns how many were left.
+func (w *chaosWorld) drainQueues(t *testing.T) int {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	left := 0
+	for i := range chaosQueues {
+		items, err := w.c.LRange(ctx, queueKey(i), 0, -1).Result()
+		require.NoError(t, err)
+		for _, it := range items {
+			w.pop(it, false)
+		}
+		left += len(items)
+	}
+	return left
+}
