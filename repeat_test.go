@@ -149,3 +149,33 @@ func TestLostReplyDoesNotRepeatRPush(t *testing.T) {
 	assert.Equal(t, "v", got)
 	assert.Equal(t, "closed", guarded.Stats().Nodes[0].State, "a lost reply is no node failure")
 }
+
+// In Standalone mode the reset retry resends a batch as a whole, so a batch
+// holding an unrepeatable command is not resent; one of repeatable commands
+// is.
+func TestBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
+	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer c.Close()
+	guard := c.nodes.guard("127.0.0.1:1")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		cmds  []redis.Cmder
+		calls int
+	}{
+		{"SET and GET", []redis.Cmder{redis.NewStatusCmd(ctx, "set", "k", "v"), redis.NewStringCmd(ctx, "get", "k")}, 2},
+		{"SET and RPUSH", []redis.Cmder{redis.NewStatusCmd(ctx, "set", "k", "v"), redis.NewIntCmd(ctx, "rpush", "q", "x")}, 1},
+	} {
+		calls := 0
+		pipeline := guard.ProcessPipelineHook(func(context.Context, []redis.Cmder) error {
+			calls++
+			if calls == 1 {
+				return io.EOF
+			}
+			return nil
+		})
+		_ = pipeline(ctx, tc.cmds)
+		assert.Equal(t, tc.calls, calls, tc.name)
+	}
+}
