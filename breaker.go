@@ -33,9 +33,10 @@ type node struct {
 	unavailable error // the *NodeError returned while the breaker is open; shared, never mutated
 	exhausted   error // the *NodeError for a pool timeout on this node
 
-	inFlight    atomic.Int64  // guarded operations in progress, including those waiting for capacity
-	exhaustions atomic.Uint64 // operations refused with ErrPoolExhausted
-	exhaustLog  logLimiter    // keeps an overloaded node from flooding the log
+	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
+	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
+	outcomeUnknowns atomic.Uint64 // commands ended with ErrOutcomeUnknown
+	exhaustLog      logLimiter    // keeps an overloaded node from flooding the log
 }
 
 func newNodeSet(c *Client) *nodeSet {

@@ -90,6 +90,7 @@ func mayHaveRun(ctx context.Context, err error) bool {
 // retry loops look for network errors through wrapping, and must not find
 // one here.
 func (n *node) outcomeUnknown(cmd redis.Cmder, cause error) error {
+	n.outcomeUnknowns.Add(1)
 	return &NodeError{Addr: n.addr, Err: fmt.Errorf("%w: %s may have run, so it was not retried: %v",
 		ErrOutcomeUnknown, strings.ToUpper(cmd.Name()), cause)}
 }

@@ -141,6 +141,7 @@ func TestLostReplyDoesNotRepeatRPush(t *testing.T) {
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	assert.Contains(t, err.Error(), "RPUSH may have run")
 	assert.Equal(t, int64(1), length("queue:redisguard"), "redisguard pushes it once")
+	assert.Equal(t, uint64(1), guarded.Stats().Nodes[0].OutcomeUnknown)
 
 	require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
 	require.NoError(t, guarded.Set(ctx, "k", "v", 0).Err(), "a SET is retried after the reset")

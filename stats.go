@@ -66,6 +66,10 @@ type NodeStats struct {
 	// PoolExhaustions counts operations on the node refused with
 	// ErrPoolExhausted.
 	PoolExhaustions uint64 `json:"pool_exhaustions"`
+	// OutcomeUnknown counts commands on the node that ended with
+	// ErrOutcomeUnknown: not safe to repeat, and their connection failed
+	// after they may have run.
+	OutcomeUnknown uint64 `json:"outcome_unknown"`
 }
 
 // Stats returns a snapshot of the client's guard state.
@@ -81,6 +85,7 @@ func (c *Client) Stats() Stats {
 			Opens:               snap.Opens,
 			InFlight:            n.inFlight.Load(),
 			PoolExhaustions:     n.exhaustions.Load(),
+			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 		})
 		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
 	}

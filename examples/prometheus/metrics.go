@@ -94,6 +94,8 @@ var (
 		"Commands and pipelines in progress on the node, including those waiting for capacity.", []string{"node"}, nil)
 	descNodeExhausted = prometheus.NewDesc(namespace+"_node_pool_exhaustions_total",
 		"Operations on the node refused with ErrPoolExhausted.", []string{"node"}, nil)
+	descOutcomeUnknown = prometheus.NewDesc(namespace+"_node_outcome_unknown_total",
+		"Commands on the node that ended with ErrOutcomeUnknown (not safe to repeat; the connection failed after they may have run).", []string{"node"}, nil)
 	descMaxConns = prometheus.NewDesc(namespace+"_max_connections",
 		"Ordinary connection budget per node (MaxConnections).", nil, nil)
 	descMaxLong = prometheus.NewDesc(namespace+"_max_long_connections",
@@ -114,7 +116,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (s *Stats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted,
+	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted, descOutcomeUnknown,
 		descMaxConns, descMaxLong, descLongInUse, descLongExhausted, descRefreshes, descRefreshFailures, descLastRefresh, descDivergence} {
 		ch <- d
 	}
@@ -135,6 +137,7 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(n.ConsecutiveFailures), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n.InFlight), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descNodeExhausted, prometheus.CounterValue, float64(n.PoolExhaustions), n.Addr)
+		ch <- prometheus.MustNewConstMetric(descOutcomeUnknown, prometheus.CounterValue, float64(n.OutcomeUnknown), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, float64(st.MaxConnections))
 	ch <- prometheus.MustNewConstMetric(descMaxLong, prometheus.GaugeValue, float64(st.MaxLongConnections))

@@ -57,6 +57,7 @@ func TestMetrics(t *testing.T) {
 		`redisguard_node_breaker_opens_total{node="` + addr + `"} 0`,
 		`redisguard_node_in_flight{node="` + addr + `"} 0`,
 		`redisguard_node_pool_exhaustions_total{node="` + addr + `"} 0`,
+		`redisguard_node_outcome_unknown_total{node="` + addr + `"} 0`,
 		"redisguard_max_connections 7",
 		"redisguard_max_long_connections 7",
 		"redisguard_long_in_use 0",
