@@ -266,26 +266,18 @@ func BenchmarkNodeGuard(b *testing.B) {
 // command is marked NoRetry (go-redis's per-command switch, which the
 // health probe uses): then the reset is the answer.
 func TestResetRetryHonoursNoRetry(t *testing.T) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
-	require.NoError(t, err)
-	defer c.Close()
-	guard := c.nodes.guard("127.0.0.1:1")
+	guard := offlineGuard(t, ModeStandalone)
 	ctx := context.Background()
 	calls := 0
-	resetOnce := func(context.Context, redis.Cmder) error {
-		calls++
-		if calls == 1 {
-			return io.EOF
-		}
-		return nil
-	}
+	next := failsOnce(io.EOF, &calls)
+	resetOnce := func(context.Context, redis.Cmder) error { return next() }
 	process := guard.ProcessHook(resetOnce)
 
 	require.NoError(t, process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")))
 	assert.Equal(t, 2, calls, "an ordinary command is retried once after a reset")
 
 	calls = 0
-	err = process(ctx, oneShot{redis.NewCmd(ctx, "set", "k", "v")})
+	err := process(ctx, oneShot{redis.NewCmd(ctx, "set", "k", "v")})
 	assert.ErrorIs(t, err, io.EOF)
 	assert.Equal(t, 1, calls, "a NoRetry command is not repeated")
 

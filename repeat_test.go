@@ -18,6 +18,27 @@ import (
 	"github.com/redisguard/redisguard/internal/redistest"
 )
 
+// offlineGuard returns the node guard of a client that never dials, for the
+// guard's decisions with go-redis's network replaced by a stub.
+func offlineGuard(t *testing.T, mode Mode) nodeGuard {
+	c, err := NewClient(Config{Mode: mode, Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c.nodes.guard("127.0.0.1:1")
+}
+
+// failsOnce stands in for go-redis below the guard: it counts its calls in
+// *calls and fails the first one with cause.
+func failsOnce(cause error, calls *int) func() error {
+	return func() error {
+		*calls++
+		if *calls == 1 {
+			return cause
+		}
+		return nil
+	}
+}
+
 func TestRepeatable(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -58,10 +79,7 @@ func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	brokenWrite := &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
 	for _, mode := range []Mode{ModeStandalone, ModeCluster} {
-		c, err := NewClient(Config{Mode: mode, Addrs: []string{"127.0.0.1:1"}})
-		require.NoError(t, err)
-		defer c.Close()
-		guard := c.nodes.guard("127.0.0.1:1")
+		guard := offlineGuard(t, mode)
 		for _, tc := range []struct {
 			name      string
 			cause     error
@@ -77,13 +95,8 @@ func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 		} {
 			t.Run(mode.String()+"/"+tc.name, func(t *testing.T) {
 				calls := 0
-				process := guard.ProcessHook(func(context.Context, redis.Cmder) error {
-					calls++
-					if calls == 1 {
-						return tc.cause
-					}
-					return nil
-				})
+				next := failsOnce(tc.cause, &calls)
+				process := guard.ProcessHook(func(context.Context, redis.Cmder) error { return next() })
 				err := process(ctx, redis.NewCmd(ctx, tc.cmd...))
 				if !tc.unknown {
 					if mode == ModeCluster {
@@ -155,10 +168,7 @@ func TestLostReplyDoesNotRepeatRPush(t *testing.T) {
 // holding an unrepeatable command is not resent; one of repeatable commands
 // is.
 func TestBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
-	require.NoError(t, err)
-	defer c.Close()
-	guard := c.nodes.guard("127.0.0.1:1")
+	guard := offlineGuard(t, ModeStandalone)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -169,13 +179,8 @@ func TestBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
 		{"SET and RPUSH", []redis.Cmder{redis.NewStatusCmd(ctx, "set", "k", "v"), redis.NewIntCmd(ctx, "rpush", "q", "x")}, 1},
 	} {
 		calls := 0
-		pipeline := guard.ProcessPipelineHook(func(context.Context, []redis.Cmder) error {
-			calls++
-			if calls == 1 {
-				return io.EOF
-			}
-			return nil
-		})
+		next := failsOnce(io.EOF, &calls)
+		pipeline := guard.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return next() })
 		_ = pipeline(ctx, tc.cmds)
 		assert.Equal(t, tc.calls, calls, tc.name)
 	}
