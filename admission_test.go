@@ -740,7 +740,7 @@ func BenchmarkAdmissionBlocking(b *testing.B) {
 	long, err := c.adm.client()
 	require.NoError(b, err)
 	node := long.(*redis.Client)
-	c.adm.put(&dedicated{node: node, conn: node.Conn(), id: 1}, nil)
+	c.adm.put(&dedicated{node: node, conn: node.Conn(), id: 1}, true)
 	ctx := context.Background()
 	cmd := redis.NewStringSliceCmd(ctx, "blpop", "list", 1)
 	b.ReportAllocs()
@@ -755,7 +755,7 @@ func BenchmarkAdmissionBlocking(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.adm.put(d, nil)
+		c.adm.put(d, true)
 		c.adm.release()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,4 +35,37 @@ func TestBlockingCancelDuringWritePauseKeepsServerUp(t *testing.T) {
 	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer pcancel()
 	assert.NoError(t, srv.Admin().Ping(pctx).Err(), "redis-server no longer answers")
+}
+
+// Found by the chaos soak in CI: "redis: can't parse int reply: "*2"" on a
+// BLPOP. CLIENT UNBLOCK ... ERROR on a call the server has postponed (a
+// write pause) answers -UNBLOCKED, but Redis 7.0 keeps the command and runs
+// it when the pause ends: a second reply for one command. The connection was
+// reused, so the next call read the old BLPOP's reply, and the element the
+// old BLPOP popped was lost. A connection on which CLIENT UNBLOCK was sent is
+// now closed instead, which also makes the server drop the postponed
+// command before it runs.
+func TestCancelledPostponedBlockingCallLeavesNoReplyBehind(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: time.Second, MaxLongConnections: 1})
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, srv.Admin().RPush(ctx, "unblock:queue", "a").Err())
+	// One dedicated connection, warmed up: every blocking call below uses it.
+	require.ErrorIs(t, c.BLPop(ctx, 100*time.Millisecond, "unblock:warm").Err(), redis.Nil)
+
+	require.NoError(t, srv.Admin().Do(ctx, "client", "pause", 1500, "write").Err())
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := c.BLPop(short, 10*time.Second, "unblock:queue").Err()
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the postponed BLPOP, cancelled")
+
+	// The pause ends; a postponed command still held by the server would
+	// now pop "a" and send its reply down the connection.
+	require.NoError(t, srv.Admin().Do(ctx, "client", "unpause").Err())
+	time.Sleep(200 * time.Millisecond)
+	got, err := c.BLPop(ctx, 100*time.Millisecond, "unblock:other").Result()
+	assert.ErrorIs(t, err, redis.Nil, "the next blocking call read someone else's reply: %v", got)
+	n, err := srv.Admin().LLen(ctx, "unblock:queue").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the cancelled BLPOP popped the element after all, and its reply was lost")
 }

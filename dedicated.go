@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +32,11 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 			return err
 		}
 		cancelled, err := a.run(ctx, d, do)
-		a.put(d, err) // d may serve another call from here on
+		if cancelled {
+			a.discard(d) // CLIENT UNBLOCK was sent for this call: see run
+		} else {
+			a.put(d, reusable(err)) // d may serve another call from here on
+		}
 		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) {
 			continue
 		}
@@ -78,10 +83,35 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 	return &dedicated{node: node, conn: conn, id: id, key: key}, false, nil
 }
 
-// put keeps d for the next call, unless the call ended in a way that may
-// leave an unread reply on it.
-func (a *admission) put(d *dedicated, err error) {
-	if reusable(err) {
+// discard ends d for good, in the background so that the cancelled caller
+// returns at once: CLIENT KILL first, then the Conn is closed. Closing a
+// go-redis Conn alone hands its TCP connection back to the node client's
+// pool, CLIENT ID and all, where the next call (or a late CLIENT UNBLOCK
+// meant for this one) would find it, and where a command the server still
+// holds postponed on it could answer later. Killed, it is dead: the pool's
+// health check drops it, and the server drops the postponed command.
+func (a *admission) discard(d *dedicated) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		_ = d.conn.Close()
+		return
+	}
+	a.loops.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.loops.Done()
+		defer d.conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), unblockGrace)
+		defer cancel()
+		_ = d.node.ClientKillByFilter(ctx, "ID", strconv.FormatInt(d.id, 10)).Err()
+	}()
+}
+
+// put keeps d for the next call when reuse is true, and closes it
+// otherwise.
+func (a *admission) put(d *dedicated, reuse bool) {
+	if reuse {
 		a.mu.Lock()
 		if !a.closed {
 			a.idle[d.key] = append(a.idle[d.key], d)
@@ -103,8 +133,13 @@ func (a *admission) put(d *dedicated, err error) {
 // and with a deadline unblockGrace later, and when ctx ends, CLIENT UNBLOCK
 // ... ERROR on another connection makes the server end the call before it
 // pops anything (see unblock). The reply (-UNBLOCKED, or an element that won
-// the race) is then read as usual, and the connection is clean. cancelled reports whether that
-// happened; the caller maps the result.
+// the race) is then read as usual. cancelled reports whether that happened;
+// the caller maps the result and discards the connection: -UNBLOCKED does
+// not prove it clean. On a command the server had postponed (a write pause),
+// Redis 7.0 answers -UNBLOCKED and still keeps the command, to run it when
+// the pause ends, with a second reply; killing the connection makes the
+// server drop the command instead (found by the chaos soak, see
+// TestCancelledPostponedBlockingCallLeavesNoReplyBehind).
 func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Context, *redis.Conn) error) (cancelled bool, err error) {
 	if ctx.Done() == nil || d.id == 0 {
 		return false, do(ctx, d.conn)
@@ -116,9 +151,7 @@ func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Conte
 		defer cancel()
 	}
 	finished := make(chan struct{})
-	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		defer close(unblocked)
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
@@ -134,13 +167,8 @@ func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Conte
 	if stop() {
 		return false, err
 	}
-	if reusable(err) {
-		// The connection goes back to the idle list: first let the loop
-		// stop, so that no CLIENT UNBLOCK can reach a later call on it. A
-		// connection that is thrown away need not wait for a loop stuck on
-		// a hung server; Close waits for it instead.
-		<-unblocked
-	}
+	// The connection is thrown away, so it need not wait for an unblock
+	// loop stuck on a hung server; Close waits for it instead.
 	return true, err
 }
 
