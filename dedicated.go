@@ -33,7 +33,10 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 		}
 		cancelled, err := a.run(ctx, d, do)
 		if cancelled {
-			a.discard(d) // CLIENT UNBLOCK was sent for this call: see run
+			// CLIENT UNBLOCK was sent for this call (see run). If the server
+			// answered, it answers the kill too: kill before returning, so
+			// the held command is dropped before anything else can happen.
+			a.discard(d, reusable(err))
 		} else {
 			a.put(d, reusable(err)) // d may serve another call from here on
 		}
@@ -83,14 +86,29 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 	return &dedicated{node: node, conn: conn, id: id, key: key}, false, nil
 }
 
-// discard ends d for good, in the background so that the cancelled caller
-// returns at once: CLIENT KILL first, then the Conn is closed. Closing a
+// discard ends d for good: CLIENT KILL, then the Conn is closed. Closing a
 // go-redis Conn alone hands its TCP connection back to the node client's
 // pool, CLIENT ID and all, where the next call (or a late CLIENT UNBLOCK
 // meant for this one) would find it, and where a command the server still
 // holds postponed on it could answer later. Killed, it is dead: the pool's
 // health check drops it, and the server drops the postponed command.
-func (a *admission) discard(d *dedicated) {
+//
+// With answering true (the server has just replied on d) the kill is sent
+// before discard returns, bounded by discardWait; otherwise, or if that
+// runs out, it goes on in the background, owned by Close, so that a
+// cancelled caller never waits on a hung server.
+func (a *admission) discard(d *dedicated, answering bool) {
+	kill := func(wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		return d.node.ClientKillByFilter(ctx, "ID", strconv.FormatInt(d.id, 10)).Err()
+	}
+	if answering {
+		if err := kill(discardWait); err == nil || isRedisReply(err) {
+			_ = d.conn.Close()
+			return
+		}
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -102,11 +120,13 @@ func (a *admission) discard(d *dedicated) {
 	go func() {
 		defer a.loops.Done()
 		defer d.conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), unblockGrace)
-		defer cancel()
-		_ = d.node.ClientKillByFilter(ctx, "ID", strconv.FormatInt(d.id, 10)).Err()
+		_ = kill(unblockGrace)
 	}()
 }
+
+// discardWait bounds the kill a cancelled caller waits for: well inside the
+// 100ms by which a call may outlive its context.
+const discardWait = 50 * time.Millisecond
 
 // put keeps d for the next call when reuse is true, and closes it
 // otherwise.
