@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,8 @@ func TestBlockingCancelDuringWritePauseKeepsServerUp(t *testing.T) {
 // command before it runs.
 func TestCancelledPostponedBlockingCallLeavesNoReplyBehind(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: time.Second, MaxLongConnections: 1})
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: time.Second, MaxLongConnections: 1,
+		ClientName: "unblock-postponed"})
 	ctx := testCtx(t, 20*time.Second)
 	require.NoError(t, srv.Admin().RPush(ctx, "unblock:queue", "a").Err())
 	// One dedicated connection, warmed up: every blocking call below uses it.
@@ -58,6 +60,22 @@ func TestCancelledPostponedBlockingCallLeavesNoReplyBehind(t *testing.T) {
 	err := c.BLPop(short, 10*time.Second, "unblock:queue").Err()
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the postponed BLPOP, cancelled")
+	// The kill normally lands before BLPop returns; on a loaded machine it
+	// may finish in the background. Either way the connection that carried
+	// the BLPOP must be gone, and its held command with it, before the
+	// pause ends.
+	redistest.WaitFor(t, 5*time.Second, "the cancelled call's connection to be killed", func() error {
+		list, err := srv.Admin().ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " name=unblock-postponed ") && strings.Contains(line, " cmd=blpop ") {
+				return errors.New("the BLPOP's connection is still open: " + line)
+			}
+		}
+		return nil
+	})
 
 	// The pause ends; a postponed command still held by the server would
 	// now pop "a" and send its reply down the connection.
