@@ -172,7 +172,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && !anyNoRetry(cmds) && allRepeatable(cmds) {
+		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && resendable(cmds) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
@@ -307,17 +307,6 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // ErrPoolExhausted at once.
 func retryReset(c *Client, ctx context.Context, err error) bool {
 	return c.topo == nil && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) && contextDone(ctx) == nil
-}
-
-// anyNoRetry reports whether a batch holds a command that go-redis's own
-// retry loops would not repeat (Cmder.NoRetry); the reset retry honours it.
-func anyNoRetry(cmds []redis.Cmder) bool {
-	for _, cmd := range cmds {
-		if cmd.NoRetry() {
-			return true
-		}
-	}
-	return false
 }
 
 // isConnReset reports whether err is an established connection dropped by the

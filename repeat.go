@@ -95,12 +95,13 @@ func (n *node) outcomeUnknown(cmd redis.Cmder, cause error) error {
 		ErrOutcomeUnknown, strings.ToUpper(cmd.Name()), cause)}
 }
 
-// allRepeatable reports whether every command of a batch is repeatable: the
-// Standalone and Sentinel reset retry resends a whole batch or nothing. (In
-// Cluster mode go-redis's pipeline loop decides; see the README.)
-func allRepeatable(cmds []redis.Cmder) bool {
+// resendable reports whether the reset retry may send a batch again: it
+// resends the whole batch or nothing, so every command must be repeatable and
+// none marked NoRetry (go-redis's per-command switch, which its own retry
+// loops honour too). Cluster batches are go-redis's pipeline loop's to retry.
+func resendable(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
-		if !repeatable(cmd) {
+		if cmd.NoRetry() || !repeatable(cmd) {
 			return false
 		}
 	}
