@@ -148,7 +148,7 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 	}
 
 	start := time.Now()
-	recs := [2]*recorder{newRecorder("go-redis", o.workers, start), newRecorder("redisguard", o.workers, start)}
+	recs := [2]*recorder{newRecorder(o.workers, start), newRecorder(o.workers, start)}
 	workCtx, stopWork := context.WithCancel(ctx)
 	waits := []func(){
 		wl.run(workCtx, stock, recs[0], 1),
@@ -294,11 +294,10 @@ func report(out io.Writer, o demoOptions, be backend, tl timeline, recs [2]*reco
 	var errs [2]string
 	for i, r := range recs {
 		ticks, calls := r.snapshot()
-		sums[i] = summarize(r.name, o.workers, tl, ticks, calls)
-		series[i] = chartSeries{name: r.name, color: []string{colorStock, colorGuard}[i], ticks: ticks}
+		sums[i] = summarize(o.workers, tl, ticks, calls)
+		series[i] = chartSeries{name: []string{"go-redis alone", "redisguard"}[i], color: []string{colorStock, colorGuard}[i], ticks: ticks}
 		errs[i] = errorKinds(calls, 3)
 	}
-	series[0].name = "go-redis alone"
 	fmt.Fprintf(out, "\n%s\n", wrap(verdict(be.faultName(), o.hang, o.workers, o.cluster, sums[0], sums[1]), 100))
 	fmt.Fprintf(out, "\n%s\n%s\n", wrap("Errors callers saw with go-redis alone: "+errs[0]+".", 100),
 		wrap("With redisguard: "+errs[1]+".", 100))

@@ -90,16 +90,7 @@ func (e *embedded) fault() error    { return e.proxy.SetMode(faultproxy.Blackhol
 func (e *embedded) heal() error     { return e.proxy.SetMode(faultproxy.Pass) }
 
 func (e *embedded) clients(workers int, onEvent func(redisguard.Event)) (redis.UniversalClient, *redisguard.Client, error) {
-	stock := redis.NewClient(&redis.Options{
-		Addr: e.proxy.Addr(), PoolSize: workers,
-		DialTimeout: demoTimeout, ReadTimeout: demoTimeout, WriteTimeout: demoTimeout,
-	})
-	guard, err := redisguard.NewClient(guardConfig([]string{e.proxy.Addr()}, workers, onEvent))
-	if err != nil {
-		_ = stock.Close()
-		return nil, nil, err
-	}
-	return stock, guard, nil
+	return demoClients([]string{e.proxy.Addr()}, workers, onEvent)
 }
 
 func (e *embedded) close() error {
@@ -109,6 +100,22 @@ func (e *embedded) close() error {
 }
 
 // guardConfig is redisguard's side of the shared settings.
+// demoClients builds go-redis alone and redisguard for the same addresses,
+// with the same pool and timeouts. go-redis's universal constructor picks a
+// cluster client for several seed addresses and a plain one for one.
+func demoClients(addrs []string, workers int, onEvent func(redisguard.Event)) (redis.UniversalClient, *redisguard.Client, error) {
+	stock := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: addrs, PoolSize: workers,
+		DialTimeout: demoTimeout, ReadTimeout: demoTimeout, WriteTimeout: demoTimeout,
+	})
+	guard, err := redisguard.NewClient(guardConfig(addrs, workers, onEvent))
+	if err != nil {
+		_ = stock.Close()
+		return nil, nil, err
+	}
+	return stock, guard, nil
+}
+
 func guardConfig(addrs []string, workers int, onEvent func(redisguard.Event)) redisguard.Config {
 	return redisguard.Config{
 		Addrs: addrs, MaxConnections: workers,
@@ -194,14 +201,5 @@ func (rc *realCluster) heal() error     { return rc.sick.Resume() }
 func (rc *realCluster) close() error    { return rc.c.Close() }
 
 func (rc *realCluster) clients(workers int, onEvent func(redisguard.Event)) (redis.UniversalClient, *redisguard.Client, error) {
-	stock := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: rc.c.Addrs(), PoolSize: workers,
-		DialTimeout: demoTimeout, ReadTimeout: demoTimeout, WriteTimeout: demoTimeout,
-	})
-	guard, err := redisguard.NewClient(guardConfig(rc.c.Addrs(), workers, onEvent))
-	if err != nil {
-		_ = stock.Close()
-		return nil, nil, err
-	}
-	return stock, guard, nil
+	return demoClients(rc.c.Addrs(), workers, onEvent)
 }

@@ -24,7 +24,6 @@ const stuckAfter = 100 * time.Millisecond
 // recorder collects what one client's callers experienced. Workers report
 // each call as it ends; the table also looks at the calls still in flight.
 type recorder struct {
-	name  string
 	start time.Time
 
 	// inCall[w] is the unix ns at which worker w's current call began, or 0
@@ -57,8 +56,8 @@ type call struct {
 
 func (c call) lat() time.Duration { return c.end - c.start }
 
-func newRecorder(name string, workers int, start time.Time) *recorder {
-	return &recorder{name: name, start: start, inCall: make([]atomic.Int64, workers)}
+func newRecorder(workers int, start time.Time) *recorder {
+	return &recorder{start: start, inCall: make([]atomic.Int64, workers)}
 }
 
 // add records one finished call.

@@ -92,8 +92,6 @@ func fmtLat(d time.Duration) string {
 
 // summary is what one client's callers went through, in numbers.
 type summary struct {
-	name string
-
 	baseOK        float64 // ok calls/s while healthy (the first second is warm-up)
 	baseHealthyOK float64 // of which for keys the fault does not touch
 	hangOK        float64 // ok calls/s during the fault
@@ -107,15 +105,15 @@ type summary struct {
 	failsFast     bool          // some call failed fast during the fault
 	failFastAfter time.Duration // from the fault to the first call that failed fast
 	failFastP99   time.Duration // p99 latency of the failed calls after that
-	failFastErr   string        // the error they failed with
+	failFastErr   error         // the error they failed with
 
 	recovered      bool          // a call for the sick keys, made after healing, succeeded
 	recoveredAfter time.Duration // from healing to the end of the first such call
 }
 
 // summarize turns a client's record into its summary.
-func summarize(name string, workers int, tl timeline, ticks []tickStats, calls []call) summary {
-	s := summary{name: name}
+func summarize(workers int, tl timeline, ticks []tickStats, calls []call) summary {
+	var s summary
 	perSec := func(n int, from, to time.Duration) float64 {
 		if to <= from {
 			return 0
@@ -151,7 +149,7 @@ func summarize(name string, workers int, tl timeline, ticks []tickStats, calls [
 		if c.err != nil && c.start >= tl.faultAt && c.end < tl.healAt && lat < failFastLimit {
 			if !s.failsFast || c.end-tl.faultAt < s.failFastAfter {
 				s.failFastAfter = c.end - tl.faultAt
-				s.failFastErr = c.err.Error()
+				s.failFastErr = c.err
 			}
 			s.failsFast = true
 		}
@@ -231,7 +229,7 @@ func recoveryText(s summary, probe bool) string {
 }
 
 // errName names the error callers saw, by its sentinel where it has one.
-func errName(msg string) string {
+func errName(err error) string {
 	for _, e := range []struct {
 		err  error
 		name string
@@ -239,14 +237,14 @@ func errName(msg string) string {
 		{redisguard.ErrNodeUnavailable, "ErrNodeUnavailable"},
 		{redisguard.ErrPoolExhausted, "ErrPoolExhausted"},
 	} {
-		if strings.Contains(msg, e.err.Error()) {
+		if errors.Is(err, e.err) {
 			return e.name
 		}
 	}
-	if msg == "" {
+	if err == nil {
 		return "an error"
 	}
-	return strconv.Quote(msg)
+	return strconv.Quote(err.Error())
 }
 
 func pct(v, of float64) string {

@@ -300,7 +300,7 @@ func TestSummarize(t *testing.T) {
 	unavailable := &redisguard.NodeError{Addr: "a:1", Err: redisguard.ErrNodeUnavailable}
 
 	build := func(calls []call) ([]tickStats, []call) {
-		r := newRecorder("x", workers, time.Unix(0, 0))
+		r := newRecorder(workers, time.Unix(0, 0))
 		for _, c := range calls {
 			r.add(r.start.Add(c.start), r.start.Add(c.end), c.group, c.err)
 		}
@@ -324,7 +324,7 @@ func TestSummarize(t *testing.T) {
 	}
 
 	st, sc := build(stock)
-	s := summarize("go-redis", workers, tl, st, sc)
+	s := summarize(workers, tl, st, sc)
 	assert.InDelta(t, 3*0.9, s.stuckFor.Seconds(), 0.25, "stuck for the whole fault, less the first 100ms of each call")
 	assert.InDelta(t, 2*3*0.9, s.callerSeconds, 0.6)
 	assert.False(t, s.failsFast)
@@ -335,12 +335,12 @@ func TestSummarize(t *testing.T) {
 	assert.Zero(t, s.hangOK)
 
 	gt, gc := build(guard)
-	g := summarize("redisguard", workers, tl, gt, gc)
+	g := summarize(workers, tl, gt, gc)
 	assert.InDelta(t, 0.9, g.stuckFor.Seconds(), 0.25)
 	assert.True(t, g.failsFast)
 	assert.InDelta(t, 1.0, g.failFastAfter.Seconds(), 0.01)
 	assert.Equal(t, sec(0.00002), g.failFastP99)
-	assert.Contains(t, g.failFastErr, "node unavailable")
+	assert.ErrorIs(t, g.failFastErr, redisguard.ErrNodeUnavailable)
 	assert.InDelta(t, 0.601, g.recoveredAfter.Seconds(), 0.001)
 
 	v := verdict("server hung", 3*time.Second, workers, false, s, g)
