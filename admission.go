@@ -75,7 +75,7 @@ type admission struct {
 	closed bool                    // guarded by mu
 	long   redis.UniversalClient   // guarded by mu; nil until the first long call
 	idle   map[string][]*dedicated // guarded by mu; dedicated connections not in use, by node address
-	loops  sync.WaitGroup          // unblock loops; Add only under mu while !closed
+	loops  sync.WaitGroup          // unblock loops and background kills (dedicated.go); Add only under mu while !closed
 }
 
 func newAdmission(c *Client) *admission {

@@ -280,25 +280,20 @@ func (s *chaosSchedule) restartCrashed(i int, n *redistest.Server, since time.Ti
 
 // crashReport returns the lines of n's log that say why it died.
 func crashReport(n *redistest.Server) string {
-	_, port, _ := strings.Cut(n.Addr, ":")
-	logs, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestChaos*", "*", "redis.log"))
-	for _, l := range logs {
-		body, err := os.ReadFile(l)
-		if err != nil || !strings.Contains(string(body), "port="+port+".") {
-			continue
-		}
-		var why []string
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.Contains(line, "crashed") || strings.Contains(line, "ASSERTION") || strings.Contains(line, "Guru") || strings.Contains(line, "signal") {
-				why = append(why, strings.TrimSpace(line))
-			}
-		}
-		if len(why) > 4 {
-			why = why[:4]
-		}
-		return strings.Join(why, " | ")
+	body, err := os.ReadFile(filepath.Join(n.Dir, "redis.log"))
+	if err != nil {
+		return "no log: " + err.Error()
 	}
-	return "no log found"
+	var why []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.Contains(line, "crashed") || strings.Contains(line, "ASSERTION") || strings.Contains(line, "Guru") || strings.Contains(line, "signal") {
+			why = append(why, strings.TrimSpace(line))
+		}
+	}
+	if len(why) > 4 {
+		why = why[:4]
+	}
+	return strings.Join(why, " | ")
 }
 
 // healAll undoes whatever a failed schedule may have left behind, and

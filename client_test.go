@@ -146,7 +146,7 @@ func TestSentinelFollowsFailover(t *testing.T) {
 
 	ctx := testCtx(t, 60*time.Second)
 	before := s.CurrentMaster(t)
-	require.NoError(t, s.Sentinels[0].Admin().Do(ctx, "SENTINEL", "FAILOVER", s.MasterName).Err())
+	s.Failover(t)
 	s.WaitMaster(t, s.Replica.Addr)
 	require.NotEqual(t, before, s.CurrentMaster(t))
 

@@ -388,8 +388,4 @@ func (s *Server) Restart() error {
 	return nil
 }
 
-// LogTail returns the last lines of the server's log and captured output,
-// for error messages.
-func (s *Server) LogTail() string { return logTail(s.Dir) }
-
 func (s *Server) String() string { return s.Addr }

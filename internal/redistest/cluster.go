@@ -61,9 +61,6 @@ func (c *Cluster) Nodes() []*Server {
 // Addrs returns every node's address, in the order of Nodes.
 func (c *Cluster) Addrs() []string { return c.c.Addrs() }
 
-// Node returns the node listening on addr, or nil.
-func (c *Cluster) Node(addr string) *Server { return c.byProc[c.c.Node(addr)] }
-
 // NodeID returns s's cluster node ID, which survives Kill and Restart.
 func (c *Cluster) NodeID(t testing.TB, s *Server) string {
 	t.Helper()
