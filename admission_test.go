@@ -660,10 +660,10 @@ func TestCloseReleasesLongOperations(t *testing.T) {
 // In Standalone mode the node's guard sits outside the facade, so it scores
 // a blocking call that the facade hands to the long client. A client that
 // only blocks must be able to close a half-open breaker with its calls.
-func TestBlockingCallIsBreakerProbe(t *testing.T) {
+func TestBlockingCallClosesHalfOpenBreaker(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c, clk := newFakeClockClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 2,
-		NodeRecoveryTime: time.Minute, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 2,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
 	ctx := testCtx(t, 30*time.Second)
 	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"))
 
@@ -675,9 +675,14 @@ func TestBlockingCallIsBreakerProbe(t *testing.T) {
 	assert.Equal(t, "open", c.Stats().Nodes[0].State)
 
 	srv.Restart(t)
-	clk.Advance(time.Minute)
-	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"), "the probe failed")
-	assert.Equal(t, "closed", c.Stats().Nodes[0].State, "a blocking probe did not close the breaker")
+	redistest.WaitFor(t, 10*time.Second, "a probe to reach the restarted server", func() error {
+		if s := c.Stats().Nodes[0].State; s != "half-open" {
+			return fmt.Errorf("breaker %s", s)
+		}
+		return nil
+	})
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"))
+	assert.Equal(t, "closed", c.Stats().Nodes[0].State, "a blocking call did not close the breaker")
 }
 
 // An idle dedicated connection that the server has dropped is replaced once,

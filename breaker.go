@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,7 +20,8 @@ import (
 // nodeSet owns one breaker per node address. The ordinary and the long
 // go-redis clients share it, so a node that is down for one is down for both.
 type nodeSet struct {
-	c *Client
+	c      *Client
+	probes *prober // recovers the open breakers
 
 	mu    sync.Mutex
 	nodes map[string]*node // guarded by mu; entries are never removed
@@ -33,14 +35,44 @@ type node struct {
 	unavailable error // the *NodeError returned while the breaker is open; shared, never mutated
 	exhausted   error // the *NodeError for a pool timeout on this node
 
+	sched       *breaker.Schedule // when to probe while the breaker is open
+	probing     atomic.Bool       // a prober goroutine owns the node
+	lastRefused atomic.Int64      // unix ns of a recent command refused by the open breaker
+
 	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
 	outcomeUnknowns atomic.Uint64 // commands ended with ErrOutcomeUnknown
+	probes          atomic.Uint64 // recovery probes sent
+	probeFailures   atomic.Uint64 // of which failed
 	exhaustLog      logLimiter    // keeps an overloaded node from flooding the log
 }
 
 func newNodeSet(c *Client) *nodeSet {
-	return &nodeSet{c: c, nodes: make(map[string]*node)}
+	s := &nodeSet{c: c, nodes: make(map[string]*node)}
+	s.probes = newProber(c.probeNode, c.clock, c.cfg.ReadTimeout, func(n *node, err error) {
+		c.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
+	})
+	return s
+}
+
+// refused notes that n's open breaker refused a command, and makes sure a
+// prober is looking after n. It is on the fail-fast path: one atomic load
+// in the common case.
+func (s *nodeSet) refused(n *node) {
+	now := s.c.clock.Now().UnixNano()
+	if now-n.lastRefused.Load() < int64(time.Second) {
+		return
+	}
+	n.lastRefused.Store(now)
+	if !n.probing.Load() {
+		s.probes.start(n, n.sched.Opened(s.c.clock.Now()))
+	}
+}
+
+// idle reports whether n's breaker has refused no command for
+// probeIdleAfter, so that its prober may stop.
+func (n *node) idle(now time.Time) bool {
+	return now.UnixNano()-n.lastRefused.Load() > int64(probeIdleAfter)
 }
 
 // get returns the node for addr, creating its breaker on first use.
@@ -55,16 +87,12 @@ func (s *nodeSet) get(addr string) *node {
 		unavailable: &NodeError{Addr: addr, Err: ErrNodeUnavailable},
 		exhausted:   &NodeError{Addr: addr, Err: ErrPoolExhausted},
 	}
-	threshold := s.c.cfg.NodeFailureThreshold // negative disables: the breaker then always allows
 	n.br = breaker.New(breaker.Settings{
-		Threshold:    threshold,
-		RecoveryTime: s.c.cfg.NodeRecoveryTime,
-		// A probe is an ordinary command: it may take a dial, a write and a
-		// read before it fails. Replacing it sooner would drop its failure.
-		ProbeTimeout:  max(s.c.cfg.NodeRecoveryTime, s.c.cfg.DialTimeout+s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout),
+		Threshold:     s.c.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
 		Clock:         s.c.clock,
 		OnStateChange: func(from, to breaker.State) { s.c.breakerChanged(n, from, to) },
 	})
+	n.sched = breaker.NewSchedule(breaker.ScheduleSettings{Max: s.c.cfg.NodeRecoveryTime})
 	s.nodes[addr] = n
 	return n
 }
@@ -83,14 +111,49 @@ func (s *nodeSet) all() []*node {
 // guard returns the hook to install on the go-redis client for addr.
 func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{c: s.c, n: s.get(addr)} }
 
+// close stops the probers.
+func (s *nodeSet) close() { s.probes.close() }
+
 // breakerChanged runs after every transition, outside the breaker's lock.
 func (c *Client) breakerChanged(n *node, from, to breaker.State) {
-	c.emit(Event{Kind: breakerEvent(to), Addr: n.addr}, slog.String("from", from.String()))
-	if to == breaker.Open && c.topo != nil {
-		// A dead master is usually about to be replaced by its replica; look
-		// for the new owner now rather than when some timer fires.
-		c.topo.trigger()
+	now := c.clock.Now()
+	e := Event{Kind: breakerEvent(to), Addr: n.addr}
+	switch to {
+	case breaker.Open:
+		n.lastRefused.Store(now.UnixNano())
+		if from == breaker.Closed {
+			c.nodes.probes.start(n, n.sched.Opened(now))
+		} else {
+			// Traffic failed right after a probe was answered: the same
+			// outage goes on.
+			c.nodes.probes.start(n, n.sched.Next(now))
+		}
+	case breaker.Closed:
+		n.sched.Recovered(now)
+		e.Duration = now.Sub(n.br.Snapshot().OpenedAt)
 	}
+	c.emit(e, slog.String("from", from.String()))
+	if to == breaker.Open {
+		if c.topo != nil {
+			// A dead master is usually about to be replaced by its replica;
+			// look for the new owner now rather than when some timer fires.
+			c.topo.trigger()
+		}
+		if c.sentinel != nil && n == c.sentinel.node() {
+			c.sentinel.lookup(false)
+		}
+	}
+}
+
+// probeNode is the prober's probe: a fresh connection to addr with the
+// node's own handshake, then PING. The node that stands for a Sentinel
+// master whose address is unknown is probed by asking the sentinels.
+func (c *Client) probeNode(ctx context.Context, addr string, wait time.Duration) error {
+	if c.sentinel != nil && addr == c.sentinel.role.addr {
+		return c.sentinel.probeRole()
+	}
+	_, err := probeAddr(ctx, c.probeOpt, addr, wait, "ping")
+	return err
 }
 
 // nodeGuard is the hook installed on each node's go-redis client. It fails
@@ -99,16 +162,28 @@ func (c *Client) breakerChanged(n *node, from, to breaker.State) {
 type nodeGuard struct {
 	c *Client
 	n *node
+	// follow, set on a Sentinel client, names the node per command: the
+	// master's current address.
+	follow *sentinelMaster
+}
+
+// node returns the node the next command is charged to.
+func (g nodeGuard) node() *node {
+	if g.follow != nil {
+		return g.follow.node()
+	}
+	return g.n
 }
 
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c, n := g.c, g.n
+	c := g.c
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
 			return next(ctx, cmd)
 		}
+		n := g.node()
 		t, err := n.br.Allow()
 		if err != nil {
 			return n.fastFail(c)
@@ -126,7 +201,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			err = next(ctx, cmd)
 		}
 		n.inFlight.Add(-1)
-		n.br.Done(t, outcome(ctx, err))
+		n.br.Done(t, g.outcome(n, ctx, err))
 		if err == nil || isRedisReply(err) {
 			return err
 		}
@@ -143,9 +218,10 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	if c.topo == nil {
 		return guarded
 	}
+	n := g.n
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isClusterSlots(cmd) {
-			if n.br.State() != breaker.Closed {
+			if n.br.State() == breaker.Open {
 				// Never spend a half-open node's single probe, or a full
 				// timeout, on a topology call: go-redis asks another node.
 				return n.unavailable
@@ -157,11 +233,12 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	c, n := g.c, g.n
+	c := g.c
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
 			return next(ctx, cmds)
 		}
+		n := g.node()
 		t, err := n.br.Allow()
 		if err != nil {
 			err = n.fastFail(c)
@@ -176,7 +253,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
-		n.br.Done(t, outcome(ctx, err))
+		n.br.Done(t, g.outcome(n, ctx, err))
 		if err == nil {
 			return nil
 		}
@@ -223,8 +300,19 @@ func isHandshake(cmd redis.Cmder) bool {
 	return false
 }
 
+// outcome is outcome(ctx, err) for n, except that on a Sentinel client a
+// failed dial to another address than n's is not n's failure.
+func (g nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Outcome {
+	o := outcome(ctx, err)
+	if o == breaker.Failure && g.follow != nil && g.follow.dialedElsewhere(n, err) {
+		return breaker.Neutral
+	}
+	return o
+}
+
 // fastFail is what a command gets while the node's breaker is open.
 func (n *node) fastFail(c *Client) error {
+	c.nodes.refused(n)
 	if c.topo != nil {
 		c.topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
 	}

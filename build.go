@@ -13,9 +13,42 @@ import (
 // two cannot drift apart in anything but their pool size.
 func (c *Client) build(poolSize int) redis.UniversalClient {
 	cfg := c.cfg
-	// One UniversalOptions, converted by go-redis itself for each mode, so
-	// the three option structs cannot disagree about a field.
-	uo := &redis.UniversalOptions{
+	uo := c.options(poolSize)
+	switch cfg.Mode {
+	case ModeSentinel:
+		cl := redis.NewFailoverClient(uo.Failover())
+		cl.AddHook(c.sentinel)
+		g := c.nodes.guard(sentinelNodeName(cfg.MasterName))
+		if g.n == c.sentinel.role {
+			// The guard charges each command to the master's current
+			// address. The long client's guard (admission.go) has
+			// breakers of its own, turned off, and keeps its one node.
+			g.follow = c.sentinel
+		}
+		cl.AddHook(g)
+		return cl
+	case ModeCluster:
+		co := uo.Cluster()
+		co.NewClient = func(opt *redis.Options) *redis.Client {
+			cl := redis.NewClient(opt)
+			cl.AddHook(c.nodes.guard(opt.Addr))
+			return cl
+		}
+		return redis.NewClusterClient(co)
+	default:
+		opt := uo.Simple()
+		cl := redis.NewClient(opt)
+		cl.AddHook(c.nodes.guard(opt.Addr))
+		return cl
+	}
+}
+
+// options is the one UniversalOptions every client is built from, converted
+// by go-redis itself for each mode, so that the option structs of the
+// ordinary, long and probe clients cannot disagree about a field.
+func (c *Client) options(poolSize int) *redis.UniversalOptions {
+	cfg := c.cfg
+	return &redis.UniversalOptions{
 		Addrs:            cfg.Addrs,
 		MasterName:       cfg.MasterName,
 		Username:         cfg.Username,
@@ -40,24 +73,16 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 		PipelinePoolSize:         noPipelinePool,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
-	switch cfg.Mode {
-	case ModeSentinel:
-		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(c.nodes.guard(sentinelNodeName(cfg.MasterName)))
-		return cl
-	case ModeCluster:
-		co := uo.Cluster()
-		co.NewClient = func(opt *redis.Options) *redis.Client {
-			cl := redis.NewClient(opt)
-			cl.AddHook(c.nodes.guard(opt.Addr))
-			return cl
-		}
-		return redis.NewClusterClient(co)
-	default:
-		opt := uo.Simple()
-		cl := redis.NewClient(opt)
-		cl.AddHook(c.nodes.guard(opt.Addr))
-		return cl
+}
+
+// sentinelOptions is the handshake with the sentinels themselves.
+func (c *Client) sentinelOptions() *redis.Options {
+	return &redis.Options{
+		Username:    c.cfg.SentinelUsername,
+		Password:    c.cfg.SentinelPassword,
+		ClientName:  c.cfg.ClientName,
+		TLSConfig:   c.cfg.TLSConfig,
+		DialTimeout: c.cfg.DialTimeout,
 	}
 }
 
@@ -73,7 +98,3 @@ const dialAttempts = 1
 // per-node budget rather than MaxConnections plus a hidden ten.
 const noPipelinePool = -1
 
-// sentinelNodeName labels the breaker of a Sentinel-managed master. The
-// failover client re-resolves the master's address on every dial, so the
-// breaker follows the role, not an address.
-func sentinelNodeName(master string) string { return "sentinel-master:" + master }

@@ -30,8 +30,10 @@ type Client struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	nodes *nodeSet   // per-node breakers, shared by the ordinary and long clients
-	topo  *topology  // cluster slot-map refresh; nil outside Cluster mode
+	nodes    *nodeSet        // per-node breakers, shared by the ordinary and long clients
+	probeOpt *redis.Options  // the node handshake recovery probes use; Addr set per probe
+	sentinel *sentinelMaster // the master's address (Sentinel mode); nil otherwise
+	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div   divergence // redirect-cycle decisions (divergence.go); zero value ready
 	adm   *admission // the long budget and the long client (admission.go)
 
@@ -61,7 +63,11 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.probeOpt = c.options(1).Simple()
 	c.nodes = newNodeSet(c)
+	if resolved.Mode == ModeSentinel {
+		c.sentinel = newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
+	}
 	if resolved.Mode == ModeCluster {
 		c.topo = newTopology(c)
 	}
@@ -93,6 +99,10 @@ func (c *Client) Mode() Mode { return c.cfg.Mode }
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		c.nodes.close()
+		if c.sentinel != nil {
+			c.sentinel.close()
+		}
 		longErr := c.adm.close()
 		c.closeErr = c.UniversalClient.Close()
 		if c.closeErr == nil {

@@ -15,14 +15,17 @@ type EventKind uint8
 
 const (
 	// EventBreakerOpened: a node failed NodeFailureThreshold times in a row
-	// (or failed its recovery probe); its commands now fail fast with
-	// ErrNodeUnavailable. Addr is the node.
+	// (or failed a command right after its recovery probe was answered);
+	// its commands now fail fast with ErrNodeUnavailable while the client
+	// probes it on connections of its own. Addr is the node.
 	EventBreakerOpened EventKind = iota + 1
-	// EventBreakerHalfOpen: NodeRecoveryTime has passed; the next command
-	// for the node is let through as a probe. Addr is the node.
+	// EventBreakerHalfOpen: a recovery probe was answered; the node's
+	// commands are let through again, the first answered one closes the
+	// breaker and the first failure opens it again. Addr is the node.
 	EventBreakerHalfOpen
-	// EventBreakerClosed: the probe succeeded; the node serves normally.
-	// Addr is the node.
+	// EventBreakerClosed: the node answered a command after its probe; it
+	// serves normally. Addr is the node; Duration is how long it was out,
+	// from the opening of its breaker.
 	EventBreakerClosed
 	// EventRefreshStarted: a CLUSTER SLOTS is about to be sent (Cluster
 	// mode; refreshes answered from the shared, rate-limited map send
@@ -45,6 +48,10 @@ const (
 	// cycle on the slot; Addr is the claimant with the highest configEpoch,
 	// if any; Err is the error the command fails with, if it fails.
 	EventDivergence
+	// EventProbeFailed: a recovery probe of a node whose breaker is open
+	// failed; the next follows later (see Config.NodeRecoveryTime). Addr
+	// and Err say which node and why. Logged at debug level.
+	EventProbeFailed
 )
 
 func (k EventKind) String() string {
@@ -65,6 +72,8 @@ func (k EventKind) String() string {
 		return "pool-exhausted"
 	case EventDivergence:
 		return "divergence"
+	case EventProbeFailed:
+		return "probe-failed"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -93,10 +102,10 @@ type Event struct {
 	// Time is when it happened, by the client's clock.
 	Time time.Time `json:"time"`
 	// Addr is the node (host:port, or "sentinel-master:<name>" for a
-	// Sentinel-managed master, whose address changes with failovers).
+	// Sentinel-managed master whose address is not known yet).
 	Addr string `json:"addr,omitempty"`
-	// Duration is how long a refresh took, or how long a slot has been
-	// contested.
+	// Duration is how long a refresh took, how long a slot has been
+	// contested, or how long a recovered node was out.
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Err is the failure, as text.
 	Err string `json:"err,omitempty"`
@@ -145,7 +154,7 @@ func (e Event) level() slog.Level {
 	switch e.Kind {
 	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted:
 		return slog.LevelWarn
-	case EventRefreshStarted, EventRefreshFinished:
+	case EventRefreshStarted, EventRefreshFinished, EventProbeFailed:
 		return slog.LevelDebug
 	case EventDivergence:
 		if e.Err != "" {
@@ -162,9 +171,9 @@ func (k EventKind) message() string {
 	case EventBreakerOpened:
 		return "redisguard: node breaker opened"
 	case EventBreakerHalfOpen:
-		return "redisguard: node breaker half-open, probing"
+		return "redisguard: node answered its probe, traffic let through"
 	case EventBreakerClosed:
-		return "redisguard: node breaker closed"
+		return "redisguard: node recovered, breaker closed"
 	case EventRefreshStarted:
 		return "redisguard: topology refresh started"
 	case EventRefreshFinished:
@@ -175,6 +184,8 @@ func (k EventKind) message() string {
 		return "redisguard: pool exhausted"
 	case EventDivergence:
 		return "redisguard: redirect cycle on slot"
+	case EventProbeFailed:
+		return "redisguard: recovery probe failed"
 	}
 	return "redisguard: event"
 }

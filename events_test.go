@@ -3,8 +3,10 @@ package redisguard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/redisguard/redisguard/internal/clock"
 	"github.com/redisguard/redisguard/internal/faultproxy"
+	"github.com/redisguard/redisguard/internal/redistest"
 )
 
 // eventLog collects what OnEvent receives and what the Logger writes.
@@ -117,14 +120,15 @@ func TestEventStringAndJSON(t *testing.T) {
 }
 
 // A node's breaker going open, half-open and closed again is reported to
-// OnEvent and to the log, at the levels an operator needs, with the node and
-// the client's clock.
+// OnEvent and to the log, at the levels an operator needs, with the node, the
+// client's clock and, on recovery, how long the node was out. Failed
+// recovery probes are reported at debug level.
 func TestBreakerEvents(t *testing.T) {
 	srv := miniredis.RunT(t)
 	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	rec := &eventLog{}
 	c, err := newClient(Config{
-		Addrs: []string{srv.Addr()}, NodeFailureThreshold: 2, NodeRecoveryTime: time.Minute,
+		Addrs: []string{srv.Addr()}, NodeFailureThreshold: 2,
 		DialTimeout: time.Second, ReadTimeout: time.Second,
 		OnEvent: rec.onEvent, Logger: rec.logger(),
 	}, clk)
@@ -139,28 +143,63 @@ func TestBreakerEvents(t *testing.T) {
 		require.Error(t, c.Get(ctx, "k").Err())
 	}
 	require.ErrorIs(t, c.Get(ctx, "k").Err(), ErrNodeUnavailable)
-	require.Equal(t, []EventKind{EventBreakerOpened}, rec.kinds())
+	require.Equal(t, []EventKind{EventBreakerOpened}, breakerKinds(rec.kinds()))
+	redistest.WaitFor(t, 10*time.Second, "a failed probe", func() error {
+		if !slices.Contains(rec.kinds(), EventProbeFailed) {
+			return errors.New("no probe-failed event")
+		}
+		return nil
+	})
 
 	require.NoError(t, srv.Restart())
+	redistest.WaitFor(t, 10*time.Second, "a probe to reach the restarted server", func() error {
+		if !slices.Contains(rec.kinds(), EventBreakerHalfOpen) {
+			return errors.New("no half-open event")
+		}
+		return nil
+	})
 	clk.Advance(time.Minute)
-	require.NoError(t, c.Get(ctx, "k").Err(), "the probe reaches the restarted server")
-	require.Equal(t, []EventKind{EventBreakerOpened, EventBreakerHalfOpen, EventBreakerClosed}, rec.kinds())
+	require.NoError(t, c.Get(ctx, "k").Err())
+	require.Equal(t, []EventKind{EventBreakerOpened, EventBreakerHalfOpen, EventBreakerClosed}, breakerKinds(rec.kinds()))
 
 	events, lines := rec.all()
-	wantLevels := []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelInfo}
-	wantFrom := []string{"closed", "open", "half-open"}
-	wantTime := []time.Time{clk.Now().Add(-time.Minute), clk.Now(), clk.Now()}
-	require.Len(t, lines, 3)
+	require.Len(t, lines, len(events))
+	var probeFailed, breakers []int
 	for i, e := range events {
 		assert.Equal(t, srv.Addr(), e.Addr)
-		assert.Equal(t, wantTime[i], e.Time, "event time comes from the client's clock")
-		assert.Zero(t, e.Err+string(e.Budget)+e.Decision)
-		assert.Equal(t, wantLevels[i], lines[i].level, "log level of %v", e.Kind)
 		assert.Equal(t, e.Kind.message(), lines[i].msg)
 		assert.Equal(t, e.Kind.String(), lines[i].attrs["event"])
 		assert.Equal(t, srv.Addr(), lines[i].attrs["node"])
-		assert.Equal(t, wantFrom[i], lines[i].attrs["from"])
+		if e.Kind == EventProbeFailed {
+			probeFailed = append(probeFailed, i)
+			assert.Equal(t, slog.LevelDebug, lines[i].level)
+			assert.Contains(t, e.Err, "connection refused")
+		} else {
+			breakers = append(breakers, i)
+		}
 	}
+	assert.Equal(t, uint64(len(probeFailed)), c.Stats().Nodes[0].ProbeFailures)
+	assert.Equal(t, uint64(len(probeFailed)+1), c.Stats().Nodes[0].Probes)
+
+	wantLevels := []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelInfo}
+	wantFrom := []string{"closed", "open", "half-open"}
+	wantTime := []time.Time{clk.Now().Add(-time.Minute), clk.Now().Add(-time.Minute), clk.Now()}
+	wantDuration := []time.Duration{0, 0, time.Minute}
+	require.Len(t, breakers, 3)
+	for j, i := range breakers {
+		e := events[i]
+		assert.Equal(t, wantTime[j], e.Time, "event time comes from the client's clock")
+		assert.Equal(t, wantDuration[j], e.Duration, "%v: how long the node was out", e.Kind)
+		assert.Zero(t, e.Err+string(e.Budget)+e.Decision)
+		assert.Equal(t, wantLevels[j], lines[i].level, "log level of %v", e.Kind)
+		assert.Equal(t, wantFrom[j], lines[i].attrs["from"])
+	}
+}
+
+// breakerKinds drops the probe failures from kinds: how many there are
+// depends on timing.
+func breakerKinds(kinds []EventKind) []EventKind {
+	return slices.DeleteFunc(kinds, func(k EventKind) bool { return k == EventProbeFailed })
 }
 
 // A command that waits PoolTimeout for a connection is reported once, with

@@ -138,7 +138,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 	}
 	node := c.cfg.Addrs[0]
 	if c.cfg.Mode == ModeSentinel {
-		node = sentinelNodeName(c.cfg.MasterName)
+		node = c.sentinel.node().addr
 	}
 	// The facade: closed-client refusal, error translation and the node's
 	// breaker all apply, as for any command.

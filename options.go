@@ -130,8 +130,15 @@ type Config struct {
 	// default: DefaultNodeFailureThreshold (5)
 	NodeFailureThreshold int
 
-	// NodeRecoveryTime is how long a breaker stays open before one probe
-	// request is let through.
+	// NodeRecoveryTime is the longest interval between two recovery probes
+	// of a node whose breaker is open. While a breaker is open the client
+	// probes the node on a connection of its own (dial, handshake, PING),
+	// never with a caller's request: first about 100ms after the opening,
+	// then a quarter of the outage so far apart, growing to at most
+	// NodeRecoveryTime. The first answered probe lets traffic through
+	// again. A node that opens again soon after recovering starts from a
+	// longer first delay, doubled each time, until it has stayed healthy
+	// for NodeRecoveryTime.
 	// default: DefaultNodeRecoveryTime (10s)
 	NodeRecoveryTime time.Duration
 

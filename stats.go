@@ -70,6 +70,10 @@ type NodeStats struct {
 	// ErrOutcomeUnknown: not safe to repeat, and their connection failed
 	// after they may have run.
 	OutcomeUnknown uint64 `json:"outcome_unknown"`
+	// Probes counts the recovery probes sent to the node while its breaker
+	// was open; ProbeFailures counts those that failed.
+	Probes        uint64 `json:"probes"`
+	ProbeFailures uint64 `json:"probe_failures"`
 }
 
 // Stats returns a snapshot of the client's guard state.
@@ -86,6 +90,8 @@ func (c *Client) Stats() Stats {
 			InFlight:            n.inFlight.Load(),
 			PoolExhaustions:     n.exhaustions.Load(),
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
+			Probes:              n.probes.Load(),
+			ProbeFailures:       n.probeFailures.Load(),
 		})
 		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
 	}

@@ -56,7 +56,7 @@ func BenchmarkAllowSuccessClosedParallel(b *testing.B) {
 }
 
 // BenchmarkAllowOpen measures failing fast, the path callers take while a node
-// is down: it takes the mutex and reads the clock.
+// is down: one atomic load.
 func BenchmarkAllowOpen(b *testing.B) {
 	br := breaker.New(breaker.Settings{Threshold: 1})
 	tk, _ := br.Allow()

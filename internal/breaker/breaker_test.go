@@ -33,22 +33,14 @@ func (r *recorder) transitions() []transition {
 	return slices.Clone(r.got)
 }
 
-const (
-	testThreshold = 3
-	testRecovery  = 5 * time.Second
-)
+const testThreshold = 3
 
-// newTestBreaker returns a breaker with threshold 3 and recovery 5s on a fake
-// clock, recording its transitions.
+// newTestBreaker returns a breaker with threshold 3 on a fake clock,
+// recording its transitions.
 func newTestBreaker() (*breaker.Breaker, *clock.Fake, *recorder) {
 	fc := clock.NewFake(epoch)
 	rec := &recorder{}
-	b := breaker.New(breaker.Settings{
-		Threshold:     testThreshold,
-		RecoveryTime:  testRecovery,
-		Clock:         fc,
-		OnStateChange: rec.record,
-	})
+	b := breaker.New(breaker.Settings{Threshold: testThreshold, Clock: fc, OnStateChange: rec.record})
 	return b, fc, rec
 }
 
@@ -74,25 +66,26 @@ func trip(t *testing.T, b *breaker.Breaker) {
 	}
 }
 
-// probe opens the breaker, waits out the recovery time and takes the probe.
-func probe(t *testing.T, b *breaker.Breaker, fc *clock.Fake) breaker.Ticket {
+// halfOpen opens the breaker and recovers it.
+func halfOpen(t *testing.T, b *breaker.Breaker) {
 	t.Helper()
 	trip(t, b)
-	fc.Advance(testRecovery)
-	tk, err := b.Allow()
-	if err != nil {
-		t.Fatalf("Allow() after recovery time: %v", err)
+	if !b.Recover() {
+		t.Fatal("Recover() on an open breaker = false")
 	}
-	if !tk.Probe() {
-		t.Fatal("first ticket after recovery time is not a probe")
-	}
-	return tk
 }
 
 func wantRejected(t *testing.T, b *breaker.Breaker, why string) {
 	t.Helper()
 	if _, err := b.Allow(); !errors.Is(err, breaker.ErrOpen) {
 		t.Fatalf("%s: Allow() error = %v, want ErrOpen", why, err)
+	}
+}
+
+func wantState(t *testing.T, b *breaker.Breaker, want breaker.State, why string) {
+	t.Helper()
+	if got := b.State(); got != want {
+		t.Fatalf("%s: state %v, want %v", why, got, want)
 	}
 }
 
@@ -121,42 +114,27 @@ func TestStrings(t *testing.T) {
 
 type fmtStringer interface{ String() string }
 
-// TestDefaults checks the documented defaults by behaviour: how many failures
-// open the breaker, and how long it then stays open.
-func TestDefaults(t *testing.T) {
+// TestThreshold checks the documented defaults by behaviour: how many
+// failures open the breaker.
+func TestThreshold(t *testing.T) {
 	tests := []struct {
 		name          string
 		settings      breaker.Settings
 		wantThreshold int
-		wantRecovery  time.Duration
 	}{
-		{"zero settings", breaker.Settings{}, breaker.DefaultThreshold, breaker.DefaultRecoveryTime},
-		{"explicit", breaker.Settings{Threshold: 2, RecoveryTime: time.Second}, 2, time.Second},
-		{"threshold one", breaker.Settings{Threshold: 1}, 1, breaker.DefaultRecoveryTime},
-		{"negative recovery", breaker.Settings{RecoveryTime: -time.Second}, breaker.DefaultThreshold, breaker.DefaultRecoveryTime},
+		{"zero settings", breaker.Settings{}, breaker.DefaultThreshold},
+		{"explicit", breaker.Settings{Threshold: 2}, 2},
+		{"threshold one", breaker.Settings{Threshold: 1}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fc := clock.NewFake(epoch)
-			s := tt.settings
-			s.Clock = fc
-			b := breaker.New(s)
+			b := breaker.New(tt.settings)
 			for range tt.wantThreshold - 1 {
 				call(t, b, breaker.Failure)
 			}
-			if got := b.State(); got != breaker.Closed {
-				t.Fatalf("after %d failures: state %v, want closed", tt.wantThreshold-1, got)
-			}
+			wantState(t, b, breaker.Closed, "one failure short")
 			call(t, b, breaker.Failure)
-			if got := b.State(); got != breaker.Open {
-				t.Fatalf("after %d failures: state %v, want open", tt.wantThreshold, got)
-			}
-			fc.Advance(tt.wantRecovery - time.Nanosecond)
-			wantRejected(t, b, "just before the recovery time")
-			fc.Advance(time.Nanosecond)
-			if got := b.State(); got != breaker.HalfOpen {
-				t.Fatalf("at the recovery time: state %v, want half-open", got)
-			}
+			wantState(t, b, breaker.Open, "at the threshold")
 		})
 	}
 }
@@ -205,176 +183,112 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-func TestOpenFailsFastUntilRecoveryTime(t *testing.T) {
+// An open breaker has no timer: however long it waits, only Recover lets
+// traffic through again.
+func TestOpenStaysOpenUntilRecover(t *testing.T) {
 	b, fc, _ := newTestBreaker()
 	trip(t, b)
-	for _, d := range []time.Duration{0, time.Second, testRecovery - time.Nanosecond} {
-		fc.Set(epoch.Add(d))
-		wantRejected(t, b, "open for "+d.String())
-		if got := b.State(); got != breaker.Open {
-			t.Fatalf("open for %v: state %v, want open", d, got)
-		}
+	for _, d := range []time.Duration{0, time.Second, time.Hour, 1000 * time.Hour} {
+		fc.Advance(d)
+		wantRejected(t, b, "open, "+d.String()+" later")
+		wantState(t, b, breaker.Open, "open, "+d.String()+" later")
+	}
+	if !b.Recover() {
+		t.Fatal("Recover() = false on an open breaker")
+	}
+	wantState(t, b, breaker.HalfOpen, "after Recover")
+}
+
+func TestRecoverOnlyMovesAnOpenBreaker(t *testing.T) {
+	b, _, rec := newTestBreaker()
+	if b.Recover() {
+		t.Fatal("Recover() on a closed breaker = true")
+	}
+	halfOpen(t, b)
+	if b.Recover() {
+		t.Fatal("Recover() on a half-open breaker = true")
+	}
+	want := []transition{{breaker.Closed, breaker.Open}, {breaker.Open, breaker.HalfOpen}}
+	if got := rec.transitions(); !slices.Equal(got, want) {
+		t.Fatalf("transitions %v, want %v", got, want)
 	}
 }
 
-func TestHalfOpenProbe(t *testing.T) {
+func TestHalfOpen(t *testing.T) {
 	tests := []struct {
-		name    string
-		outcome breaker.Outcome
-		// check runs with the clock at the moment the probe reported.
-		check func(t *testing.T, b *breaker.Breaker, fc *clock.Fake)
+		name string
+		// outcomes are reported for tickets all taken while half-open.
+		outcomes []breaker.Outcome
+		want     breaker.State
 	}{
-		{
-			name:    "success closes",
-			outcome: breaker.Success,
-			check: func(t *testing.T, b *breaker.Breaker, _ *clock.Fake) {
-				if s := b.Snapshot(); s.State != breaker.Closed || s.ConsecutiveFailures != 0 {
-					t.Fatalf("state %v with %d failures, want closed with 0", s.State, s.ConsecutiveFailures)
-				}
-				tk, err := b.Allow()
-				if err != nil || tk.Probe() {
-					t.Fatalf("Allow() after closing = probe %v, %v; want an ordinary ticket", tk.Probe(), err)
-				}
-				// The count starts afresh: threshold-1 failures keep it closed.
-				b.Done(tk, breaker.Failure)
-				call(t, b, breaker.Failure)
-				if got := b.State(); got != breaker.Closed {
-					t.Fatalf("after %d failures: state %v, want closed", testThreshold-1, got)
-				}
-			},
-		},
-		{
-			name:    "failure reopens and restarts the recovery time",
-			outcome: breaker.Failure,
-			check: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				if got := b.State(); got != breaker.Open {
-					t.Fatalf("state %v, want open", got)
-				}
-				fc.Advance(testRecovery - time.Nanosecond)
-				wantRejected(t, b, "just before the new recovery time")
-				fc.Advance(time.Nanosecond)
-				tk, err := b.Allow()
-				if err != nil || !tk.Probe() {
-					t.Fatalf("Allow() at the new recovery time = probe %v, %v; want a probe", tk.Probe(), err)
-				}
-			},
-		},
-		{
-			name:    "neutral releases the slot",
-			outcome: breaker.Neutral,
-			check: func(t *testing.T, b *breaker.Breaker, _ *clock.Fake) {
-				if s := b.Snapshot(); s.State != breaker.HalfOpen || s.ProbeInFlight {
-					t.Fatalf("state %v, probe in flight %v; want half-open with no probe", s.State, s.ProbeInFlight)
-				}
-				tk, err := b.Allow()
-				if err != nil || !tk.Probe() {
-					t.Fatalf("Allow() after neutral probe = probe %v, %v; want a probe", tk.Probe(), err)
-				}
-				wantRejected(t, b, "while the second probe is in flight")
-			},
-		},
+		{"first success closes", []breaker.Outcome{breaker.Success}, breaker.Closed},
+		{"first failure reopens", []breaker.Outcome{breaker.Failure}, breaker.Open},
+		{"neutral changes nothing", []breaker.Outcome{breaker.Neutral, breaker.Neutral}, breaker.HalfOpen},
+		{"success then a late failure stays closed", []breaker.Outcome{breaker.Success, breaker.Failure}, breaker.Closed},
+		{"failure then a late success stays open", []breaker.Outcome{breaker.Failure, breaker.Success}, breaker.Open},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, fc, _ := newTestBreaker()
-			tk := probe(t, b, fc)
-			// The probe stays out for a while: the recovery time after a
-			// failure must count from the report, not from the grant.
-			fc.Advance(2 * time.Second)
-			wantRejected(t, b, "while the probe is in flight")
-			if s := b.Snapshot(); s.State != breaker.HalfOpen || !s.ProbeInFlight {
-				t.Fatalf("state %v, probe in flight %v; want half-open with a probe", s.State, s.ProbeInFlight)
+			b, _, _ := newTestBreaker()
+			halfOpen(t, b)
+			tickets := make([]breaker.Ticket, len(tt.outcomes))
+			for i := range tickets {
+				var err error
+				if tickets[i], err = b.Allow(); err != nil {
+					t.Fatalf("Allow() #%d while half-open: %v", i, err)
+				}
 			}
-			b.Done(tk, tt.outcome)
-			tt.check(t, b, fc)
-		})
-	}
-}
-
-func TestHalfOpenLetsExactlyOneConcurrentCallerThrough(t *testing.T) {
-	const callers = 64
-	b, fc, _ := newTestBreaker()
-	trip(t, b)
-	fc.Advance(testRecovery)
-
-	var (
-		start    = make(chan struct{})
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		allowed  []breaker.Ticket
-		rejected int
-	)
-	for range callers {
-		wg.Go(func() {
-			<-start
-			tk, err := b.Allow()
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				allowed = append(allowed, tk)
-			case errors.Is(err, breaker.ErrOpen):
-				rejected++
-			default:
-				t.Errorf("Allow() = %v, want nil or ErrOpen", err)
+			for i, o := range tt.outcomes {
+				b.Done(tickets[i], o)
 			}
+			wantState(t, b, tt.want, "after the outcomes")
 		})
-	}
-	close(start)
-	wg.Wait()
-	if len(allowed) != 1 || rejected != callers-1 {
-		t.Fatalf("%d allowed, %d rejected; want 1 and %d", len(allowed), rejected, callers-1)
-	}
-	if !allowed[0].Probe() {
-		t.Fatal("the caller let through does not hold the probe")
-	}
-}
-
-func TestStuckProbeIsReplacedAfterRecoveryTime(t *testing.T) {
-	b, fc, _ := newTestBreaker()
-	stuck := probe(t, b, fc)
-
-	fc.Advance(testRecovery - time.Nanosecond)
-	wantRejected(t, b, "probe in flight just under the recovery time")
-	fc.Advance(time.Nanosecond)
-	second, err := b.Allow()
-	if err != nil || !second.Probe() {
-		t.Fatalf("Allow() with a probe stuck for the recovery time = probe %v, %v; want a new probe", second.Probe(), err)
-	}
-	wantRejected(t, b, "while the replacement probe is in flight")
-
-	// The stuck probe's late answer is about an earlier generation.
-	b.Done(stuck, breaker.Success)
-	if got := b.State(); got != breaker.HalfOpen {
-		t.Fatalf("after the stuck probe reported: state %v, want half-open", got)
-	}
-	b.Done(second, breaker.Success)
-	if got := b.State(); got != breaker.Closed {
-		t.Fatalf("after the replacement probe succeeded: state %v, want closed", got)
 	}
 }
 
 func TestStaleResultsAreDropped(t *testing.T) {
 	tests := []struct {
 		name string
-		run  func(t *testing.T, b *breaker.Breaker, fc *clock.Fake)
+		run  func(t *testing.T, b *breaker.Breaker)
 	}{
 		{
-			name: "closed-era failure after reopening does not count",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
+			name: "closed-era failure after recovery does not count",
+			run: func(t *testing.T, b *breaker.Breaker) {
 				old, _ := b.Allow()
-				b.Done(probe(t, b, fc), breaker.Success)
+				halfOpen(t, b)
+				call(t, b, breaker.Success)
 				b.Done(old, breaker.Failure)
-				if s := b.Snapshot(); s.ConsecutiveFailures != 0 {
-					t.Fatalf("ConsecutiveFailures = %d, want 0", s.ConsecutiveFailures)
+				if s := b.Snapshot(); s.State != breaker.Closed || s.ConsecutiveFailures != 0 {
+					t.Fatalf("state %v with %d failures, want closed with 0", s.State, s.ConsecutiveFailures)
 				}
 			},
 		},
 		{
-			name: "closed-era success after reopening does not reset the count",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
+			name: "closed-era success does not close a half-open breaker",
+			run: func(t *testing.T, b *breaker.Breaker) {
 				old, _ := b.Allow()
-				b.Done(probe(t, b, fc), breaker.Success)
+				halfOpen(t, b)
+				b.Done(old, breaker.Success)
+				wantState(t, b, breaker.HalfOpen, "after a stale success")
+			},
+		},
+		{
+			name: "closed-era failure does not reopen a half-open breaker",
+			run: func(t *testing.T, b *breaker.Breaker) {
+				old, _ := b.Allow()
+				halfOpen(t, b)
+				b.Done(old, breaker.Failure)
+				if s := b.Snapshot(); s.State != breaker.HalfOpen || s.Opens != 1 {
+					t.Fatalf("state %v after %d opens; want half-open after 1", s.State, s.Opens)
+				}
+			},
+		},
+		{
+			name: "closed-era success does not reset a later run of failures",
+			run: func(t *testing.T, b *breaker.Breaker) {
+				old, _ := b.Allow()
+				halfOpen(t, b)
+				call(t, b, breaker.Success)
 				call(t, b, breaker.Failure)
 				call(t, b, breaker.Failure)
 				b.Done(old, breaker.Success)
@@ -383,78 +297,11 @@ func TestStaleResultsAreDropped(t *testing.T) {
 				}
 			},
 		},
-		{
-			name: "closed-era success does not close a half-open breaker",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				old, _ := b.Allow()
-				probe(t, b, fc)
-				b.Done(old, breaker.Success)
-				if s := b.Snapshot(); s.State != breaker.HalfOpen || !s.ProbeInFlight {
-					t.Fatalf("state %v, probe in flight %v; want half-open with the probe out", s.State, s.ProbeInFlight)
-				}
-			},
-		},
-		{
-			name: "closed-era neutral does not free the probe slot",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				old, _ := b.Allow()
-				probe(t, b, fc)
-				b.Done(old, breaker.Neutral)
-				wantRejected(t, b, "probe still in flight")
-			},
-		},
-		{
-			name: "closed-era failure does not reopen a half-open breaker",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				old, _ := b.Allow()
-				probe(t, b, fc)
-				b.Done(old, breaker.Failure)
-				if s := b.Snapshot(); s.State != breaker.HalfOpen || s.Opens != 1 {
-					t.Fatalf("state %v after %d opens; want half-open after 1", s.State, s.Opens)
-				}
-			},
-		},
-		{
-			name: "a neutral probe cannot report again",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				tk := probe(t, b, fc)
-				b.Done(tk, breaker.Neutral)
-				b.Done(tk, breaker.Failure)
-				if s := b.Snapshot(); s.State != breaker.HalfOpen || s.Opens != 1 {
-					t.Fatalf("state %v after %d opens; want half-open after 1", s.State, s.Opens)
-				}
-				b.Done(tk, breaker.Success)
-				if got := b.State(); got != breaker.HalfOpen {
-					t.Fatalf("state %v, want half-open", got)
-				}
-			},
-		},
-		{
-			name: "a probe reported twice counts once",
-			run: func(t *testing.T, b *breaker.Breaker, fc *clock.Fake) {
-				first := probe(t, b, fc)
-				b.Done(first, breaker.Neutral)
-				second, err := b.Allow()
-				if err != nil {
-					t.Fatalf("Allow() after neutral probe: %v", err)
-				}
-				b.Done(first, breaker.Neutral)
-				wantRejected(t, b, "second probe in flight after a repeated report")
-				b.Done(first, breaker.Failure)
-				if got := b.State(); got != breaker.HalfOpen {
-					t.Fatalf("state %v, want half-open", got)
-				}
-				b.Done(second, breaker.Success)
-				if got := b.State(); got != breaker.Closed {
-					t.Fatalf("state %v, want closed", got)
-				}
-			},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, fc, _ := newTestBreaker()
-			tt.run(t, b, fc)
+			b, _, _ := newTestBreaker()
+			tt.run(t, b)
 		})
 	}
 }
@@ -466,21 +313,22 @@ func TestDisabled(t *testing.T) {
 	for range 100 {
 		call(t, b, breaker.Failure)
 	}
+	if b.Recover() {
+		t.Fatal("Recover() on a disabled breaker = true")
+	}
 	fc.Advance(time.Hour)
 	want := breaker.Snapshot{State: breaker.Closed, LastTransition: epoch}
 	if got := b.Snapshot(); got != want {
 		t.Fatalf("Snapshot() = %+v, want %+v", got, want)
 	}
-	if got := b.State(); got != breaker.Closed {
-		t.Fatalf("State() = %v, want closed", got)
-	}
+	wantState(t, b, breaker.Closed, "disabled")
 	if got := rec.transitions(); len(got) != 0 {
 		t.Fatalf("OnStateChange called %v", got)
 	}
 }
 
 func TestOnStateChange(t *testing.T) {
-	b, fc, rec := newTestBreaker()
+	b, _, rec := newTestBreaker()
 	var want []transition
 	step := func(why string, tr ...transition) {
 		t.Helper()
@@ -489,47 +337,37 @@ func TestOnStateChange(t *testing.T) {
 			t.Fatalf("%s: transitions %v, want %v", why, got, want)
 		}
 	}
-
 	trip(t, b)
 	step("tripped", transition{breaker.Closed, breaker.Open})
-	fc.Advance(testRecovery)
-	if got := b.State(); got != breaker.HalfOpen {
-		t.Fatalf("State() = %v, want half-open", got)
-	}
-	step("recovery time passed, seen by State", transition{breaker.Open, breaker.HalfOpen})
-	tk, _ := b.Allow()
-	b.Done(tk, breaker.Neutral)
-	step("neutral probe changes no state")
-	tk, _ = b.Allow()
-	b.Done(tk, breaker.Failure)
-	step("probe failed", transition{breaker.HalfOpen, breaker.Open})
-	fc.Advance(testRecovery)
-	tk, _ = b.Allow()
-	step("recovery time passed, seen by Allow", transition{breaker.Open, breaker.HalfOpen})
-	b.Done(tk, breaker.Success)
-	step("probe succeeded", transition{breaker.HalfOpen, breaker.Closed})
+	b.Recover()
+	step("recovered", transition{breaker.Open, breaker.HalfOpen})
+	call(t, b, breaker.Neutral)
+	step("neutral changes no state")
+	call(t, b, breaker.Failure)
+	step("failed while half-open", transition{breaker.HalfOpen, breaker.Open})
+	b.Recover()
+	call(t, b, breaker.Success)
+	step("answered while half-open", transition{breaker.Open, breaker.HalfOpen}, transition{breaker.HalfOpen, breaker.Closed})
 }
 
 // The callback runs outside the lock, so it may call back into the breaker.
 // Were it called under the lock, this test would deadlock.
 func TestOnStateChangeMayCallBreaker(t *testing.T) {
-	fc := clock.NewFake(epoch)
 	var (
 		b    *breaker.Breaker
 		seen []breaker.State
 	)
 	b = breaker.New(breaker.Settings{
 		Threshold: 1,
-		Clock:     fc,
 		OnStateChange: func(_, to breaker.State) {
 			seen = append(seen, b.Snapshot().State)
-			if got := b.State(); got != to {
-				t.Errorf("State() inside callback = %v, want %v", got, to)
+			if to == breaker.Open {
+				b.Recover()
 			}
 		},
 	})
 	call(t, b, breaker.Failure)
-	if want := []breaker.State{breaker.Open}; !slices.Equal(seen, want) {
+	if want := []breaker.State{breaker.Open, breaker.HalfOpen}; !slices.Equal(seen, want) {
 		t.Fatalf("states seen from callback %v, want %v", seen, want)
 	}
 }
@@ -552,53 +390,22 @@ func TestSnapshot(t *testing.T) {
 	call(t, b, breaker.Failure)
 	call(t, b, breaker.Failure)
 	opened := epoch.Add(2 * time.Second)
-	want("tripped", breaker.Snapshot{State: breaker.Open, LastTransition: opened, Opens: 1})
-
-	fc.Advance(testRecovery)
-	halfOpened := opened.Add(testRecovery)
-	want("recovery time passed", breaker.Snapshot{State: breaker.HalfOpen, LastTransition: halfOpened, Opens: 1})
-
-	tk, _ := b.Allow()
-	want("probing", breaker.Snapshot{State: breaker.HalfOpen, LastTransition: halfOpened, Opens: 1, ProbeInFlight: true})
+	want("tripped", breaker.Snapshot{State: breaker.Open, LastTransition: opened, OpenedAt: opened, Opens: 1})
 
 	fc.Advance(time.Second)
-	b.Done(tk, breaker.Failure)
-	reopened := halfOpened.Add(time.Second)
-	want("probe failed", breaker.Snapshot{State: breaker.Open, LastTransition: reopened, Opens: 2})
+	b.Recover()
+	recovered := opened.Add(time.Second)
+	want("recovered", breaker.Snapshot{State: breaker.HalfOpen, LastTransition: recovered, OpenedAt: opened, Opens: 1})
 
-	fc.Advance(testRecovery)
-	tk, _ = b.Allow()
 	fc.Advance(time.Second)
-	b.Done(tk, breaker.Success)
-	want("probe succeeded", breaker.Snapshot{State: breaker.Closed, LastTransition: reopened.Add(testRecovery + time.Second), Opens: 2})
-}
+	call(t, b, breaker.Failure)
+	reopened := recovered.Add(time.Second)
+	want("failed again: still out since the first opening",
+		breaker.Snapshot{State: breaker.Open, LastTransition: reopened, OpenedAt: opened, Opens: 2})
 
-// A probe slower than RecoveryTime but within ProbeTimeout is not replaced:
-// its failure must reopen the breaker. With the replacement at RecoveryTime,
-// a node whose calls time out after longer than RecoveryTime kept the breaker
-// half-open for ever, each probe given up on just before it failed.
-func TestSlowProbeWithinProbeTimeoutIsNotReplaced(t *testing.T) {
-	fc := clock.NewFake(epoch)
-	b := breaker.New(breaker.Settings{
-		Threshold:    testThreshold,
-		RecoveryTime: testRecovery,
-		ProbeTimeout: 3 * testRecovery,
-		Clock:        fc,
-	})
-	tk := probe(t, b, fc)
-	fc.Advance(2 * testRecovery) // past RecoveryTime, within ProbeTimeout
-	wantRejected(t, b, "a second probe while the first is within ProbeTimeout")
-	b.Done(tk, breaker.Failure)
-	if got := b.State(); got != breaker.Open {
-		t.Fatalf("after the slow probe failed: state %v, want open", got)
-	}
-	fc.Advance(testRecovery)
-	next, err := b.Allow()
-	if err != nil || !next.Probe() {
-		t.Fatalf("after another recovery time: ticket %+v, err %v; want a probe", next, err)
-	}
-	fc.Advance(3 * testRecovery) // the probe is now lost: replaced
-	if late, err := b.Allow(); err != nil || !late.Probe() {
-		t.Fatalf("after ProbeTimeout: ticket %+v, err %v; want a replacement probe", late, err)
-	}
+	fc.Advance(time.Second)
+	b.Recover()
+	call(t, b, breaker.Success)
+	closed := reopened.Add(time.Second)
+	want("closed", breaker.Snapshot{State: breaker.Closed, LastTransition: closed, OpenedAt: opened, Opens: 2})
 }

@@ -2,20 +2,16 @@ package breaker_test
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/redisguard/redisguard/internal/breaker"
-	"github.com/redisguard/redisguard/internal/clock"
 )
 
-// A node fails twice, the breaker opens, and after the recovery time one probe
-// finds the node healthy again.
+// A node fails twice and the breaker opens. Its owner probes the node out of
+// band; when the node answers, Recover lets traffic through again and the
+// first answered call closes the breaker.
 func Example() {
-	fc := clock.NewFake(time.Date(2024, time.January, 1, 0, 0, 0, 0, time.UTC))
 	b := breaker.New(breaker.Settings{
-		Threshold:    2,
-		RecoveryTime: time.Second,
-		Clock:        fc,
+		Threshold: 2,
 		OnStateChange: func(from, to breaker.State) {
 			fmt.Println(from, "->", to)
 		},
@@ -28,11 +24,8 @@ func Example() {
 	_, err := b.Allow()
 	fmt.Println(err)
 
-	fc.Advance(time.Second)
+	b.Recover() // the owner's probe was answered
 	t, _ := b.Allow()
-	fmt.Println("probe:", t.Probe())
-	_, err = b.Allow()
-	fmt.Println("while probing:", err)
 	b.Done(t, breaker.Success)
 	fmt.Println(b.State())
 
@@ -40,8 +33,6 @@ func Example() {
 	// closed -> open
 	// breaker: open
 	// open -> half-open
-	// probe: true
-	// while probing: breaker: open
 	// half-open -> closed
 	// closed
 }

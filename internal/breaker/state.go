@@ -9,10 +9,11 @@ type State uint8
 const (
 	// Closed lets every call through and counts consecutive failures.
 	Closed State = iota
-	// HalfOpen lets a single probe through to test whether the node has
-	// recovered; every other call fails fast.
+	// HalfOpen follows a successful out-of-band probe: every call is let
+	// through, the first success closes the breaker and the first failure
+	// opens it again.
 	HalfOpen
-	// Open fails every call fast until the recovery time has passed.
+	// Open fails every call fast until Recover is called.
 	Open
 )
 
@@ -44,7 +45,7 @@ const (
 	// Neutral means the call says nothing about the node's health, for
 	// example the caller's own context was cancelled or the pool was
 	// exhausted. Any Outcome value other than Success and Failure is treated
-	// as Neutral, because releasing a probe slot is the safe mistake.
+	// as Neutral, because counting nothing is the safe mistake.
 	Neutral
 )
 

@@ -1,0 +1,91 @@
+package breaker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+)
+
+// noJitter makes every delay exact: the factor is 0.8 + 0.4*0.5 = 1.
+func noJitter() float64 { return 0.5 }
+
+func TestScheduleDelaysGrowWithTheOutage(t *testing.T) {
+	s := breaker.NewSchedule(breaker.ScheduleSettings{Jitter: noJitter})
+	if got := s.Opened(epoch); got != breaker.DefaultFirstProbe {
+		t.Fatalf("first delay = %v, want %v", got, breaker.DefaultFirstProbe)
+	}
+	tests := []struct {
+		failedAt time.Duration // since the opening
+		want     time.Duration
+	}{
+		{100 * time.Millisecond, 100 * time.Millisecond}, // a quarter is below the least delay
+		{400 * time.Millisecond, 100 * time.Millisecond},
+		{time.Second, 250 * time.Millisecond},
+		{4 * time.Second, time.Second},
+		{39 * time.Second, 9750 * time.Millisecond},
+		{time.Minute, breaker.DefaultMaxProbe}, // never more than Max
+		{time.Hour, breaker.DefaultMaxProbe},
+	}
+	for _, tt := range tests {
+		if got := s.Next(epoch.Add(tt.failedAt)); got != tt.want {
+			t.Errorf("Next after %v of outage = %v, want %v", tt.failedAt, got, tt.want)
+		}
+	}
+}
+
+func TestScheduleJitter(t *testing.T) {
+	for _, tt := range []struct {
+		jitter float64
+		want   time.Duration
+	}{{0, 80 * time.Millisecond}, {0.999999, 119999960 * time.Nanosecond}} {
+		s := breaker.NewSchedule(breaker.ScheduleSettings{Jitter: func() float64 { return tt.jitter }})
+		if got := s.Opened(epoch); got != tt.want {
+			t.Errorf("jitter %v: first delay %v, want %v", tt.jitter, got, tt.want)
+		}
+	}
+}
+
+// A node that opens again soon after it recovered starts further back each
+// time; one that stayed healthy for Stable starts from First again.
+func TestScheduleFlappingNodeWaitsLonger(t *testing.T) {
+	s := breaker.NewSchedule(breaker.ScheduleSettings{
+		First: 100 * time.Millisecond, Max: 2 * time.Second, Stable: 10 * time.Second, Jitter: noJitter,
+	})
+	now := epoch
+	flap := func(healthyFor time.Duration) time.Duration {
+		t.Helper()
+		now = now.Add(healthyFor)
+		d := s.Opened(now)
+		now = now.Add(time.Second)
+		s.Recovered(now)
+		return d
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
+	for i, w := range want {
+		if got := flap(time.Second); got != w*time.Millisecond {
+			t.Fatalf("opening %d after a short recovery: first delay %v, want %vms", i+1, got, w)
+		}
+	}
+	// The least delay holds for the whole opening, not just its first probe.
+	now = now.Add(time.Second)
+	s.Opened(now)
+	if got := s.Next(now.Add(100 * time.Millisecond)); got != 2*time.Second {
+		t.Fatalf("Next while flapping = %v, want the raised least delay 2s", got)
+	}
+	s.Recovered(now.Add(time.Second))
+	now = now.Add(time.Second)
+	if got := flap(10 * time.Second); got != 100*time.Millisecond {
+		t.Fatalf("opening after 10s healthy: first delay %v, want 100ms", got)
+	}
+}
+
+func TestScheduleDefaults(t *testing.T) {
+	s := breaker.NewSchedule(breaker.ScheduleSettings{First: time.Second, Max: time.Millisecond, Jitter: noJitter})
+	if got := s.Opened(epoch); got != time.Second {
+		t.Fatalf("Max below First: first delay %v, want First (1s)", got)
+	}
+	if got := s.Next(epoch.Add(time.Hour)); got != time.Second {
+		t.Fatalf("Max below First: later delay %v, want First (1s)", got)
+	}
+}

@@ -1,0 +1,392 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+)
+
+// While the master's breaker is open, or after a write was answered READONLY,
+// the sentinels are asked every sentinelPoll which address is the master, each
+// question waiting at most sentinelQueryTimeout. Only during an outage: a
+// healthy master costs the sentinels nothing beyond what go-redis asks.
+const (
+	sentinelPoll         = 100 * time.Millisecond
+	sentinelQueryTimeout = 250 * time.Millisecond
+)
+
+// sentinelMaster follows the address of a Sentinel-managed master, so that a
+// breaker protects an address rather than the role: when the master moves,
+// the new address has its own breaker, closed, and the old one keeps its
+// state.
+//
+// go-redis's failover client resolves the master through the sentinels on
+// every dial and listens for +switch-master. sentinelMaster sits on its dial
+// hook to learn the address each connection really goes to, and adds what a
+// breaker in front of that client needs: while the master's breaker is open
+// no command dials, so nothing would ever ask the sentinels again. It asks
+// them itself, and on a new master (confirmed by ROLE) it switches the
+// breaker it applies and closes every connection to the old address, which
+// makes go-redis dial, and so resolve, afresh. That also covers a
+// +switch-master that never arrives because the sentinel go-redis listened
+// to died with the master. A write answered READONLY means the client talks
+// to a demoted master: it triggers the same look-up at once.
+type sentinelMaster struct {
+	name      string
+	sentinels []string // guarded by mu; the configured ones, then those discovered
+	// master and sentinel are the handshakes for the data nodes and the
+	// sentinels; Addr is set per call.
+	master, sentinel *redis.Options
+	nodes            func(addr string) *node
+	role             *node // stands for the master while its address is unknown
+	log              *slog.Logger
+
+	cur atomic.Pointer[node] // the master's node; nil until the first dial
+
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	discovered bool                                 // guarded by mu; the other sentinels were asked for
+	conns      map[string]map[*trackedConn]struct{} // guarded by mu; open connections by address
+	clients    map[string]*redis.SentinelClient     // guarded by mu; created on first question
+	watching   bool                                 // guarded by mu; the look-up goroutine runs
+	again      bool                                 // guarded by mu; a READONLY came during a round
+	closed     bool                                 // guarded by mu
+}
+
+func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.Options,
+	nodes func(string) *node, log *slog.Logger) *sentinelMaster {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sentinelMaster{
+		name: name, sentinels: slices.Clone(sentinels), master: master, sentinel: sentinel,
+		nodes: nodes, role: nodes(sentinelNodeName(name)), log: log,
+		ctx: ctx, cancel: cancel,
+		conns:   make(map[string]map[*trackedConn]struct{}),
+		clients: make(map[string]*redis.SentinelClient),
+	}
+}
+
+// sentinelNodeName labels the breaker that stands for a Sentinel-managed
+// master while its address is not known yet.
+func sentinelNodeName(master string) string { return "sentinel-master:" + master }
+
+// node returns the node commands for the master are charged to.
+func (s *sentinelMaster) node() *node {
+	if n := s.cur.Load(); n != nil {
+		return n
+	}
+	return s.role
+}
+
+// dialedElsewhere reports whether err is a failed dial to an address other
+// than n's: go-redis's sentinel still named an old master. That failure says
+// nothing about n.
+func (s *sentinelMaster) dialedElsewhere(n *node, err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil && opErr.Addr.String() != n.addr
+}
+
+func (s *sentinelMaster) use(addr string) {
+	old := s.cur.Load()
+	if old != nil && old.addr == addr {
+		return
+	}
+	s.cur.Store(s.nodes(addr))
+	s.log.Info("redisguard: sentinel master address", slog.String("master", s.name), slog.String("addr", addr))
+	if old == nil {
+		// One round now, while the sentinels answer, learns the ones the
+		// configuration does not name: the sentinel go-redis listens to
+		// may be the one that dies with the master.
+		s.lookup(true)
+	}
+}
+
+func (s *sentinelMaster) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			var opErr *net.OpError
+			if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil {
+				s.use(opErr.Addr.String())
+			}
+			return nil, err
+		}
+		a := conn.RemoteAddr().String()
+		s.use(a)
+		return s.track(a, conn), nil
+	}
+}
+
+func (s *sentinelMaster) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && redis.IsReadOnlyError(err) {
+			s.lookup(true)
+		}
+		return err
+	}
+}
+
+func (s *sentinelMaster) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil {
+			for _, cmd := range cmds {
+				if redis.IsReadOnlyError(cmd.Err()) {
+					s.lookup(true)
+					break
+				}
+			}
+		}
+		return err
+	}
+}
+
+// lookup starts asking the sentinels for the master, unless that is under
+// way; it goes on while the master's breaker is open. force asks for one
+// round even with the breaker closed (a READONLY reply).
+func (s *sentinelMaster) lookup(force bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.watching {
+		s.again = s.again || force
+		return
+	}
+	s.watching = true
+	s.wg.Add(1)
+	go s.watch()
+}
+
+func (s *sentinelMaster) watch() {
+	defer s.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		s.resolve()
+		s.mu.Lock()
+		again := s.again
+		s.again = false
+		if !again && s.node().br.State() != breaker.Open {
+			s.watching = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		timer.Reset(sentinelPoll)
+	}
+}
+
+// resolve asks the sentinels in turn which address is the master, and
+// switches to the first different answer that confirms it is a master. It
+// reports the address it ends with, or "" if no sentinel answered.
+func (s *sentinelMaster) resolve() string {
+	old := s.cur.Load()
+	answered := ""
+	s.mu.Lock()
+	sentinels := slices.Clone(s.sentinels)
+	s.mu.Unlock()
+	for _, sa := range sentinels {
+		addr, err := s.ask(sa)
+		if err != nil {
+			continue
+		}
+		answered = addr
+		if old != nil && addr == old.addr {
+			continue
+		}
+		if !s.isMaster(addr) {
+			continue
+		}
+		if old == nil {
+			s.use(addr)
+			return addr
+		}
+		if s.cur.CompareAndSwap(old, s.nodes(addr)) {
+			s.log.Info("redisguard: sentinel master moved", slog.String("master", s.name),
+				slog.String("from", old.addr), slog.String("to", addr))
+			s.drop(old.addr)
+		}
+		return addr
+	}
+	return answered
+}
+
+// probeRole is the recovery probe of the role's node: it succeeds once a
+// sentinel names a master that answers as one.
+func (s *sentinelMaster) probeRole() error {
+	if addr := s.resolve(); addr != "" && s.cur.Load() != nil {
+		return nil
+	}
+	return errNoMaster
+}
+
+var errNoMaster = errors.New("no sentinel named a master that answers")
+
+func (s *sentinelMaster) ask(sentinelAddr string) (string, error) {
+	s.mu.Lock()
+	cl, ok := s.clients[sentinelAddr]
+	if !ok && !s.closed {
+		opt := *s.sentinel
+		opt.Addr = sentinelAddr
+		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 1, -1, 1
+		opt.DialTimeout = min(opt.DialTimeout, sentinelQueryTimeout)
+		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = sentinelQueryTimeout, sentinelQueryTimeout, sentinelQueryTimeout
+		cl = redis.NewSentinelClient(&opt)
+		s.clients[sentinelAddr] = cl
+	}
+	s.mu.Unlock()
+	if cl == nil {
+		return "", ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, sentinelQueryTimeout)
+	defer cancel()
+	hp, err := cl.GetMasterAddrByName(ctx, s.name).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(hp) != 2 {
+		return "", errors.New("sentinel: malformed master address")
+	}
+	s.discover(ctx, cl)
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// discover adds the sentinels that cl knows of for the master, once.
+func (s *sentinelMaster) discover(ctx context.Context, cl *redis.SentinelClient) {
+	s.mu.Lock()
+	done := s.discovered
+	s.discovered = true
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	others, err := cl.Sentinels(ctx, s.name).Result()
+	if err != nil {
+		s.mu.Lock()
+		s.discovered = false
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range others {
+		if o["ip"] == "" || o["port"] == "" {
+			continue
+		}
+		if a := net.JoinHostPort(o["ip"], o["port"]); !slices.Contains(s.sentinels, a) {
+			s.sentinels = append(s.sentinels, a)
+		}
+	}
+}
+
+// isMaster reports whether addr answers ROLE as a master.
+func (s *sentinelMaster) isMaster(addr string) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, sentinelQueryTimeout)
+	defer cancel()
+	cmd, err := probeAddr(ctx, s.master, addr, sentinelQueryTimeout, "role")
+	if err != nil {
+		return false
+	}
+	role, err := cmd.Slice()
+	if err != nil || len(role) == 0 {
+		return false
+	}
+	r, _ := role[0].(string)
+	return r == "master"
+}
+
+// close stops the look-up and closes the sentinel clients. The connections
+// it tracks belong to go-redis's pools, which close them.
+func (s *sentinelMaster) close() {
+	s.mu.Lock()
+	s.closed = true
+	clients := s.clients
+	s.clients = nil
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	for _, cl := range clients {
+		_ = cl.Close()
+	}
+}
+
+// track wraps conn so that drop can close it. The wrapper keeps the
+// connection's syscall.Conn, which go-redis's pool uses to check an idle
+// connection's health, when the connection has one (TLS connections do not).
+func (s *sentinelMaster) track(addr string, conn net.Conn) net.Conn {
+	tc := &trackedConn{Conn: conn, s: s, addr: addr}
+	s.mu.Lock()
+	set := s.conns[addr]
+	if set == nil {
+		set = make(map[*trackedConn]struct{})
+		s.conns[addr] = set
+	}
+	set[tc] = struct{}{}
+	s.mu.Unlock()
+	if sc, ok := conn.(syscall.Conn); ok {
+		return trackedSyscallConn{tc, sc}
+	}
+	return tc
+}
+
+// drop closes every connection to addr. go-redis finds them dead (its pool's
+// health check, or the command's write) and dials again, through the
+// sentinels.
+func (s *sentinelMaster) drop(addr string) {
+	s.mu.Lock()
+	set := s.conns[addr]
+	delete(s.conns, addr)
+	s.mu.Unlock()
+	for tc := range set {
+		_ = tc.Conn.Close()
+	}
+}
+
+func (s *sentinelMaster) untrack(tc *trackedConn) {
+	s.mu.Lock()
+	if set := s.conns[tc.addr]; set != nil {
+		delete(set, tc)
+		if len(set) == 0 {
+			delete(s.conns, tc.addr)
+		}
+	}
+	s.mu.Unlock()
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *sentinelMaster
+	addr string
+}
+
+func (c *trackedConn) Close() error {
+	c.s.untrack(c)
+	return c.Conn.Close()
+}
+
+type trackedSyscallConn struct {
+	*trackedConn
+	sc syscall.Conn
+}
+
+func (c trackedSyscallConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
