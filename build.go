@@ -97,4 +97,3 @@ const dialAttempts = 1
 // pipelines share the node's ordinary pool and MaxConnections is the whole
 // per-node budget rather than MaxConnections plus a hidden ten.
 const noPipelinePool = -1
-

@@ -34,8 +34,8 @@ type Client struct {
 	probeOpt *redis.Options  // the node handshake recovery probes use; Addr set per probe
 	sentinel *sentinelMaster // the master's address (Sentinel mode); nil otherwise
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
-	div   divergence // redirect-cycle decisions (divergence.go); zero value ready
-	adm   *admission // the long budget and the long client (admission.go)
+	div      divergence      // redirect-cycle decisions (divergence.go); zero value ready
+	adm      *admission      // the long budget and the long client (admission.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
