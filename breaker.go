@@ -126,7 +126,7 @@ func (c *Client) breakerChanged(n *node, from, to breaker.State) {
 		} else {
 			// Traffic failed right after a probe was answered: the same
 			// outage goes on.
-			c.nodes.probes.start(n, n.sched.Next(now))
+			c.nodes.probes.start(n, n.sched.Next(now, false))
 		}
 	case breaker.Closed:
 		n.sched.Recovered(now)

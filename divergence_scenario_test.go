@@ -414,7 +414,7 @@ func TestScenarioHardFailoverDivergence(t *testing.T) {
 	guard := newTestClient(t, Config{
 		Mode: ModeCluster, Addrs: cl.Addrs(), MaxConnections: 50,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		NodeFailureThreshold: 5, NodeRecoveryTime: 2 * time.Second, ClusterNodeTimeout: 2 * time.Second,
+		NodeFailureThreshold: 5, ClusterNodeTimeout: 2 * time.Second,
 	})
 	rg := run(guard, 1)
 	rg.counts.decisions = guard.Stats().Divergence

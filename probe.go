@@ -2,7 +2,9 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,12 +24,9 @@ const probeIdleAfter = time.Minute
 // recovers its breaker then. It probes on connections of its own, so a probe
 // never spends a caller's request, deadline or pooled connection.
 //
-// It runs one goroutine per open node, none for the others; the delays
-// between probes come from the node's breaker.Schedule. A probe that
-// connects but gets no answer waits for one as long as the next probe would
-// be delayed anyway (at least ReadTimeout): a paused server answers the PING
-// waiting in its socket the moment it resumes, so a patient probe finds it
-// sooner than a train of short ones, and costs the server fewer connections.
+// It runs one goroutine per open node, none for the others, plus one per
+// probe in flight (at most maxProbesInFlight a node); the delays between
+// probes come from the node's breaker.Schedule.
 type prober struct {
 	// probe dials addr afresh, with the node's own handshake, and sends
 	// PING, waiting at most wait for each step.
@@ -86,36 +85,72 @@ func (p *prober) run(n *node, delay time.Duration) {
 			!n.probing.CompareAndSwap(false, true) {
 			return
 		}
-		delay = n.sched.Next(p.clock.Now())
+		delay = n.sched.Next(p.clock.Now(), false)
 	}
 }
 
+// maxProbesInFlight bounds the probes of one node waiting at once.
+const maxProbesInFlight = 2
+
+// probeUntilRecovered sends a probe every delay, as the node's schedule
+// says, until one is answered or the breaker is no longer open. Each probe
+// waits for its answer up to two delays (at least ReadTimeout), so one is
+// always waiting on a server that accepts connections but does not answer:
+// a paused server answers it the moment it resumes. A fresh one every delay
+// finds a server behind a network that lost the earlier probes' packets.
 func (p *prober) probeUntilRecovered(n *node, delay time.Duration) {
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
+	results := make(chan error, maxProbesInFlight)
+	inFlight := 0
+	again := true    // one probe between ticks may follow a dropped connection
+	refused := false // the last probe found nothing listening
+	launch := func() {
+		if inFlight == maxProbesInFlight {
+			return
+		}
+		inFlight++
+		p.wg.Add(1)
+		go func(wait time.Duration) {
+			defer p.wg.Done()
+			results <- p.probe(p.ctx, n.addr, wait)
+		}(max(p.readTimeout, 2*delay))
+	}
 	for {
 		select {
 		case <-p.ctx.Done():
 			return
+		case err := <-results:
+			inFlight--
+			if p.ctx.Err() != nil {
+				return
+			}
+			n.probes.Add(1)
+			if answered(err) {
+				n.br.Recover()
+				return
+			}
+			n.probeFailures.Add(1)
+			p.failed(n, err)
+			refused = errors.Is(err, syscall.ECONNREFUSED)
+			if isConnReset(err) && again {
+				// The connection the probe was waiting on was dropped:
+				// something changed (a restart, a network path back up).
+				// Look again at once rather than at the next tick, but
+				// only once: a node that drops every connection would
+				// otherwise be probed in a loop.
+				again = false
+				launch()
+			}
 		case <-timer.C:
+			if n.br.State() != breaker.Open || n.idle(p.clock.Now()) {
+				return
+			}
+			launch()
+			again = true
+			delay = n.sched.Next(p.clock.Now(), refused)
+			timer.Reset(delay)
 		}
-		if n.br.State() != breaker.Open || n.idle(p.clock.Now()) {
-			return
-		}
-		start := time.Now()
-		err := p.probe(p.ctx, n.addr, max(p.readTimeout, delay))
-		if p.ctx.Err() != nil {
-			return
-		}
-		n.probes.Add(1)
-		if answered(err) {
-			n.br.Recover()
-			return
-		}
-		n.probeFailures.Add(1)
-		p.failed(n, err)
-		delay = n.sched.Next(p.clock.Now())
-		timer.Reset(max(0, delay-time.Since(start)))
 	}
 }
 

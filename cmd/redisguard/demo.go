@@ -233,8 +233,8 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 func printHeader(out io.Writer, o demoOptions, be backend, tl timeline) {
 	header := fmt.Sprintf("redisguard demo: %s. Two clients, go-redis alone and redisguard, each with %d callers "+
 		"making %d calls/s (a GET of a random key), %d connections and %s timeouts; redisguard's breaker opens "+
-		"after %d failures and probes every %s. At %s: %s (%s). At %s it recovers.",
-		be.describe(), o.workers, o.rate, o.workers, fmtSecs(demoTimeout), demoThreshold, fmtSecs(demoRecovery),
+		"after %d failures and probes the node on its own connections until it answers. At %s: %s (%s). At %s it recovers.",
+		be.describe(), o.workers, o.rate, o.workers, fmtSecs(demoTimeout), demoThreshold,
 		fmtSecs(tl.faultAt), be.faultName(), be.faultDetail(), fmtSecs(tl.healAt))
 	stuck := fmt.Sprintf("\"stuck\" is the average number of callers (of %d) inside a Redis call that has taken over %s.",
 		o.workers, fmtLat(stuckAfter))
@@ -313,8 +313,8 @@ func report(out io.Writer, o demoOptions, be backend, tl timeline, recs [2]*reco
 	}
 	c := chart{
 		title: scenario + " for " + fmtSecs(o.hang) + ": go-redis alone vs redisguard",
-		subtitle: fmt.Sprintf("%d callers per client, %d calls/s each; %s timeouts; breaker opens after %d failures, probes every %s",
-			o.workers, o.rate, fmtSecs(demoTimeout), demoThreshold, fmtSecs(demoRecovery)),
+		subtitle: fmt.Sprintf("%d callers per client, %d calls/s each; %s timeouts; breaker opens after %d failures, default recovery",
+			o.workers, o.rate, fmtSecs(demoTimeout), demoThreshold),
 		fault:   be.faultName(),
 		tl:      tl,
 		workers: o.workers,

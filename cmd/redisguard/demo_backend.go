@@ -17,18 +17,12 @@ import (
 
 // Settings shared by both clients, so that the only difference between the
 // two columns is redisguard. They are chosen to make the difference visible
-// within seconds, and are ordinary production values apart from the
-// breaker's recovery time, shortened from 10s so the demo can show recovery.
-//
-// NodeRecoveryTime stays above the timeout on purpose: the breaker gives a
-// probe NodeRecoveryTime to report before it lets another caller probe, so
-// a probe that needs the full timeout to fail would be superseded and never
-// reopen the breaker (see the report of issue 7).
+// within seconds, and are ordinary production values; the breaker's
+// recovery keeps its default (NodeRecoveryTime 10s), as users do.
 const (
-	demoTimeout   = time.Second     // dial, read and write timeout
-	demoThreshold = 3               // NodeFailureThreshold
-	demoRecovery  = 2 * time.Second // NodeRecoveryTime
-	demoKeys      = 1200            // keys in the workload
+	demoTimeout   = time.Second // dial, read and write timeout
+	demoThreshold = 3           // NodeFailureThreshold
+	demoKeys      = 1200        // keys in the workload
 )
 
 // backend is what the demo runs against: something the two clients can
@@ -120,8 +114,8 @@ func guardConfig(addrs []string, workers int, onEvent func(redisguard.Event)) re
 	return redisguard.Config{
 		Addrs: addrs, MaxConnections: workers,
 		DialTimeout: demoTimeout, ReadTimeout: demoTimeout, WriteTimeout: demoTimeout,
-		NodeFailureThreshold: demoThreshold, NodeRecoveryTime: demoRecovery,
-		OnEvent: onEvent,
+		NodeFailureThreshold: demoThreshold,
+		OnEvent:              onEvent,
 	}
 }
 

@@ -65,7 +65,7 @@ func printRow(w io.Writer, s int, phase string, now time.Time, recs [2]*recorder
 func printEvent(w io.Writer, start time.Time, e redisguard.Event) {
 	what := map[redisguard.EventKind]string{
 		redisguard.EventBreakerOpened:   "breaker opened: calls for the node now fail fast",
-		redisguard.EventBreakerHalfOpen: "breaker half-open: one probe goes through",
+		redisguard.EventBreakerHalfOpen: "breaker half-open: a recovery probe was answered, traffic goes through",
 		redisguard.EventBreakerClosed:   "breaker closed: the node serves again",
 		redisguard.EventPoolExhausted:   "pool exhausted",
 		redisguard.EventRefreshFailed:   "slot map refresh failed",
@@ -213,19 +213,15 @@ func verdict(fault string, hang time.Duration, workers int, cluster bool, stock,
 			guard.hangHealthyOK, pct(guard.hangHealthyOK, guard.baseHealthyOK))
 	}
 	fmt.Fprintf(&b, "After the fault, go-redis served the sick node's keys again %s and redisguard %s.",
-		recoveryText(stock, false), recoveryText(guard, true))
+		recoveryText(stock), recoveryText(guard))
 	return b.String()
 }
 
-func recoveryText(s summary, probe bool) string {
+func recoveryText(s summary) string {
 	if !s.recovered {
 		return "not at all before the demo ended"
 	}
-	text := "after " + fmtLat(s.recoveredAfter)
-	if probe {
-		text += fmt.Sprintf(" (its next recovery probe: NodeRecoveryTime is %s)", fmtSecs(demoRecovery))
-	}
-	return text
+	return "after " + fmtLat(s.recoveredAfter)
 }
 
 // errName names the error callers saw, by its sentinel where it has one.

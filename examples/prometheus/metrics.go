@@ -96,6 +96,10 @@ var (
 		"Operations on the node refused with ErrPoolExhausted.", []string{"node"}, nil)
 	descOutcomeUnknown = prometheus.NewDesc(namespace+"_node_outcome_unknown_total",
 		"Commands on the node that ended with ErrOutcomeUnknown (not safe to repeat; the connection failed after they may have run).", []string{"node"}, nil)
+	descProbes = prometheus.NewDesc(namespace+"_node_probes_total",
+		"Recovery probes sent to the node while its breaker was open.", []string{"node"}, nil)
+	descProbeFailures = prometheus.NewDesc(namespace+"_node_probe_failures_total",
+		"Recovery probes of the node that failed.", []string{"node"}, nil)
 	descMaxConns = prometheus.NewDesc(namespace+"_max_connections",
 		"Ordinary connection budget per node (MaxConnections).", nil, nil)
 	descMaxLong = prometheus.NewDesc(namespace+"_max_long_connections",
@@ -117,6 +121,7 @@ var (
 // Describe implements prometheus.Collector.
 func (s *Stats) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted, descOutcomeUnknown,
+		descProbes, descProbeFailures,
 		descMaxConns, descMaxLong, descLongInUse, descLongExhausted, descRefreshes, descRefreshFailures, descLastRefresh, descDivergence} {
 		ch <- d
 	}
@@ -138,6 +143,8 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n.InFlight), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descNodeExhausted, prometheus.CounterValue, float64(n.PoolExhaustions), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descOutcomeUnknown, prometheus.CounterValue, float64(n.OutcomeUnknown), n.Addr)
+		ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(n.Probes), n.Addr)
+		ch <- prometheus.MustNewConstMetric(descProbeFailures, prometheus.CounterValue, float64(n.ProbeFailures), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, float64(st.MaxConnections))
 	ch <- prometheus.MustNewConstMetric(descMaxLong, prometheus.GaugeValue, float64(st.MaxLongConnections))

@@ -28,8 +28,27 @@ func TestScheduleDelaysGrowWithTheOutage(t *testing.T) {
 		{time.Hour, breaker.DefaultMaxProbe},
 	}
 	for _, tt := range tests {
-		if got := s.Next(epoch.Add(tt.failedAt)); got != tt.want {
+		if got := s.Next(epoch.Add(tt.failedAt), false); got != tt.want {
 			t.Errorf("Next after %v of outage = %v, want %v", tt.failedAt, got, tt.want)
+		}
+	}
+}
+
+// A probe whose connection was refused cost the node nothing: the next one
+// comes four times sooner, within the same bounds.
+func TestScheduleRefusedProbesComeSooner(t *testing.T) {
+	s := breaker.NewSchedule(breaker.ScheduleSettings{Jitter: noJitter})
+	s.Opened(epoch)
+	for _, tt := range []struct {
+		failedAt, want time.Duration
+	}{
+		{time.Second, 100 * time.Millisecond},
+		{4 * time.Second, 250 * time.Millisecond},
+		{40 * time.Second, 2500 * time.Millisecond},
+		{time.Hour, breaker.DefaultMaxProbe},
+	} {
+		if got := s.Next(epoch.Add(tt.failedAt), true); got != tt.want {
+			t.Errorf("Next after a refusal at %v of outage = %v, want %v", tt.failedAt, got, tt.want)
 		}
 	}
 }
@@ -70,7 +89,7 @@ func TestScheduleFlappingNodeWaitsLonger(t *testing.T) {
 	// The least delay holds for the whole opening, not just its first probe.
 	now = now.Add(time.Second)
 	s.Opened(now)
-	if got := s.Next(now.Add(100 * time.Millisecond)); got != 2*time.Second {
+	if got := s.Next(now.Add(100*time.Millisecond), false); got != 2*time.Second {
 		t.Fatalf("Next while flapping = %v, want the raised least delay 2s", got)
 	}
 	s.Recovered(now.Add(time.Second))
@@ -85,7 +104,7 @@ func TestScheduleDefaults(t *testing.T) {
 	if got := s.Opened(epoch); got != time.Second {
 		t.Fatalf("Max below First: first delay %v, want First (1s)", got)
 	}
-	if got := s.Next(epoch.Add(time.Hour)); got != time.Second {
+	if got := s.Next(epoch.Add(time.Hour), false); got != time.Second {
 		t.Fatalf("Max below First: later delay %v, want First (1s)", got)
 	}
 }
