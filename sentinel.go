@@ -196,25 +196,37 @@ func (s *sentinelMaster) watch() {
 	}
 }
 
-// resolve asks the sentinels in turn which address is the master, and
-// switches to the first different answer that confirms it is a master. It
-// reports the address it ends with, or "" if no sentinel answered.
+// resolve asks every sentinel at once which address is the master, and
+// switches to the first different answer that confirms it is a master (ROLE),
+// without waiting for the slower sentinels: one that hangs costs the look-up
+// nothing. It reports the address it ends with, or "" if no sentinel
+// answered.
 func (s *sentinelMaster) resolve() string {
 	old := s.cur.Load()
-	answered := ""
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ""
+	}
 	sentinels := slices.Clone(s.sentinels)
+	s.wg.Add(len(sentinels)) // under mu: close waits only after closed is set
 	s.mu.Unlock()
+	answers := make(chan string, len(sentinels)) // "" for a sentinel that failed
 	for _, sa := range sentinels {
-		addr, err := s.ask(sa)
-		if err != nil {
+		go func() {
+			defer s.wg.Done()
+			addr, _ := s.ask(sa)
+			answers <- addr
+		}()
+	}
+	answered := ""
+	for range sentinels {
+		addr := <-answers
+		if addr == "" {
 			continue
 		}
 		answered = addr
-		if old != nil && addr == old.addr {
-			continue
-		}
-		if !s.isMaster(addr) {
+		if (old != nil && addr == old.addr) || !s.isMaster(addr) {
 			continue
 		}
 		if old == nil {
