@@ -1,0 +1,95 @@
+package redisguard
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte(fn)) {
+			n++
+		}
+	}
+	return n
+}
+
+// A closed node has no prober; an open one has exactly one, however many
+// commands its breaker refuses; it stops once the node answers, and the
+// node's first answered command closes the breaker.
+func TestProberRunsOnlyWhileTheBreakerIsOpen(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 1, ReadTimeout: 300 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	const run = "created by github.com/redisguard/redisguard.(*prober).start"
+	require.NoError(t, c.Ping(ctx).Err())
+	assert.Zero(t, goroutinesIn(run), "a prober for a healthy node")
+
+	srv.Kill(t)
+	require.Error(t, c.Ping(ctx).Err())
+	for range 100 {
+		require.ErrorIs(t, c.Ping(ctx).Err(), ErrNodeUnavailable)
+	}
+	assert.Equal(t, 1, goroutinesIn(run), "probers for one open node")
+
+	srv.Restart(t)
+	redistest.WaitFor(t, 10*time.Second, "the prober to find the node and stop", func() error {
+		if s := c.nodes.get(srv.Addr).br.State(); s != breaker.HalfOpen {
+			return fmt.Errorf("breaker %v", s)
+		}
+		if n := goroutinesIn(run); n != 0 {
+			return fmt.Errorf("%d probers", n)
+		}
+		return nil
+	})
+	require.NoError(t, c.Ping(ctx).Err())
+	assert.Equal(t, breaker.Closed, c.nodes.get(srv.Addr).br.State())
+}
+
+// Close stops the probers and whatever probes they have in flight, even on
+// a node that accepts connections and never answers.
+func TestCloseStopsProbers(t *testing.T) {
+	srv := redistest.StartServer(t)
+	before := goleak.IgnoreCurrent()
+	c, err := NewClient(Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 1, ReadTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+	srv.Pause(t)
+	require.Error(t, c.Ping(ctx).Err())
+	redistest.WaitFor(t, 5*time.Second, "a probe in flight", func() error {
+		if goroutinesIn("created by github.com/redisguard/redisguard.(*prober).probeUntilRecovered") == 0 {
+			return fmt.Errorf("no probe in flight")
+		}
+		return nil
+	})
+	closed := time.Now()
+	require.NoError(t, c.Close())
+	assert.Less(t, time.Since(closed), time.Second, "Close waited for a probe to time out")
+	goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+// A node that fails again soon after recovering starts its next round of
+// probes later; the client passes NodeRecoveryTime on as the schedule's
+// longest delay.
+func TestProbeScheduleFollowsNodeRecoveryTime(t *testing.T) {
+	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}, NodeRecoveryTime: 3 * time.Second})
+	n := c.nodes.get("127.0.0.1:1")
+	now := time.Now()
+	assert.LessOrEqual(t, n.sched.Next(now.Add(time.Hour), false), time.Duration(float64(3*time.Second)*1.2))
+	assert.GreaterOrEqual(t, n.sched.Next(now.Add(time.Hour), false), time.Duration(float64(3*time.Second)*0.8))
+}
