@@ -171,6 +171,8 @@ func TestScenarioHardFailover(t *testing.T) {
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 		NodeFailureThreshold: 5,
 	})
+	oldOwner := cl.MasterForSlot(t, redistest.Slot("failover:guard"))
+	promotedAddr := replicaOf(cl, oldOwner).Addr
 	guardPromoted, guardFirst, guardErrs := run(guard, "failover:guard")
 
 	show := func(d time.Duration) string {
@@ -192,6 +194,25 @@ func TestScenarioHardFailover(t *testing.T) {
 	// (about 3.2-3.5s here); what redisguard controls is the lag after that,
 	// bounded by its refresh interval while the breaker is open.
 	assert.LessOrEqual(t, guardFirst-guardPromoted, pick(time.Second, 3*time.Second), "writes followed the promotion too slowly")
+
+	// An address that changes role never inherits a breaker that blocks
+	// it: the promoted replica's never opened, and the old master, back as
+	// a replica, is found by its probes.
+	nodeState := func(addr string) NodeStats {
+		for _, n := range guard.Stats().Nodes {
+			if n.Addr == addr {
+				return n
+			}
+		}
+		return NodeStats{Addr: addr, State: "closed"}
+	}
+	assert.Zero(t, nodeState(promotedAddr).Opens, "the promoted replica's breaker opened")
+	redistest.WaitFor(t, 10*time.Second, "the old master's breaker to let traffic through", func() error {
+		if st := nodeState(oldOwner.Addr); st.State == "open" {
+			return fmt.Errorf("old master %s still open after %d probes", st.Addr, st.Probes)
+		}
+		return nil
+	})
 }
 
 // Scenario 3: connections reset by healthy servers (CLIENT KILL every 100ms)

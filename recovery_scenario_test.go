@@ -211,6 +211,15 @@ func TestScenarioSentinelPromotionRecovers(t *testing.T) {
 		sw, gw, named, named, pick(500*time.Millisecond, 1500*time.Millisecond))
 	assert.Zero(t, gw.errsAfter(named.Add(time.Second), func(error) bool { return true }),
 		"redisguard writes failed a second after the promotion")
+	// Each address has its own breaker: the old master's opened, the new
+	// master's never did.
+	states := map[string]NodeStats{}
+	for _, n := range guard.Stats().Nodes {
+		states[n.Addr] = n
+	}
+	assert.Positive(t, states[old].Opens, "the paused master's breaker never opened")
+	assert.Equal(t, "closed", states[g.Replica.Addr].State, "the new master's breaker")
+	assert.Zero(t, states[g.Replica.Addr].Opens, "the new master inherited an open breaker")
 }
 
 // Sentinel: the master and the sentinel the clients listen to (the only one
