@@ -267,3 +267,40 @@ func TestErrorsAreNotRetryableToGoRedis(t *testing.T) {
 	assert.ErrorIs(t, fmt.Errorf("wrapped: %w", ne), ErrNodeUnavailable)
 	assert.Contains(t, ne.Error(), "10.0.0.1:6379")
 }
+
+// Close outranks an open breaker: once the client is closed every call fails
+// with ErrClosed, not with the ErrNodeUnavailable the breaker would give.
+func TestCallAfterCloseWithOpenBreakerIsErrClosed(t *testing.T) {
+	for _, mode := range []Mode{ModeStandalone, ModeSentinel} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := Config{NodeFailureThreshold: 1, NodeRecoveryTime: time.Hour,
+				DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond}
+			var srv *redistest.Server
+			if mode == ModeSentinel {
+				s := redistest.StartSentinel(t)
+				cfg.MasterName, cfg.Addrs, srv = s.MasterName, s.Addrs(), s.Master
+			} else {
+				srv = redistest.StartServer(t)
+				cfg.Addrs = []string{srv.Addr}
+			}
+			c, err := NewClient(cfg)
+			require.NoError(t, err)
+			ctx := testCtx(t, 30*time.Second)
+			require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+			srv.Kill(t)
+			require.Error(t, c.Get(ctx, "k").Err())
+			require.ErrorIs(t, c.Get(ctx, "k").Err(), ErrNodeUnavailable, "the breaker did not open")
+			require.NoError(t, c.Close())
+
+			assert.ErrorIs(t, c.Get(ctx, "k").Err(), ErrClosed)
+			assert.ErrorIs(t, c.Do(ctx, "PING").Err(), ErrClosed)
+			_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); return nil })
+			assert.ErrorIs(t, err, ErrClosed)
+			_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); return nil })
+			assert.ErrorIs(t, err, ErrClosed)
+			assert.ErrorIs(t, c.BLPop(ctx, time.Second, "q").Err(), ErrClosed)
+			assert.ErrorIs(t, c.Watch(ctx, func(*redis.Tx) error { return nil }, "k"), ErrClosed)
+		})
+	}
+}
