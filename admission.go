@@ -130,7 +130,8 @@ func (a *admission) client() (redis.UniversalClient, error) {
 // build makes the long client with build, like the ordinary one. Its pools
 // never bind: a node holds at most MaxLongConnections dedicated connections
 // (see take) plus as many pooled ones for Cluster batches and redirects, and
-// one for CLIENT UNBLOCK; the permits are the budget.
+// one for CLIENT UNBLOCK; the permits are the budget. MaxLongConnections is
+// at most maxConnections, so 2n+1 is a pool size go-redis can build.
 func (a *admission) build() redis.UniversalClient {
 	c := a.c
 	size := 2*c.cfg.MaxLongConnections + 1

@@ -183,6 +183,11 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if isHandshake(cmd) {
 			return next(ctx, cmd)
 		}
+		if c.closed.Load() {
+			// Close outranks the breaker. In Standalone and Sentinel mode
+			// this hook runs before facadeHook's own check.
+			return ErrClosed
+		}
 		n := g.node()
 		t, err := n.br.Allow()
 		if err != nil {
@@ -237,6 +242,12 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
 			return next(ctx, cmds)
+		}
+		if c.closed.Load() {
+			for _, cmd := range cmds {
+				cmd.SetErr(ErrClosed)
+			}
+			return ErrClosed // Close outranks the breaker, as in ProcessHook
 		}
 		n := g.node()
 		t, err := n.br.Allow()

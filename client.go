@@ -113,20 +113,6 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// Watch is go-redis's Watch. The transaction keeps its native connection,
-// ordinary capacity, until fn returns; a blocking command issued on the Tx
-// fails at once with ErrBlockingInWatch instead of parking that connection.
-func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
-	if c.cfg.Mode != ModeCluster {
-		// The Tx clones the client's hooks; facadeHook refuses there.
-		return c.UniversalClient.Watch(ctx, fn, keys...)
-	}
-	return c.UniversalClient.Watch(ctx, func(tx *redis.Tx) error {
-		tx.AddHook(watchGuard{})
-		return fn(tx)
-	}, keys...)
-}
-
 // facadeHook is the client-level hook: it refuses work after Close, sends long
 // commands to the long budget and translates go-redis's errors into
 // redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster

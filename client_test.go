@@ -267,3 +267,118 @@ func TestErrorsAreNotRetryableToGoRedis(t *testing.T) {
 	assert.ErrorIs(t, fmt.Errorf("wrapped: %w", ne), ErrNodeUnavailable)
 	assert.Contains(t, ne.Error(), "10.0.0.1:6379")
 }
+
+// Close outranks an open breaker: once the client is closed every call fails
+// with ErrClosed, not with the ErrNodeUnavailable the breaker would give.
+func TestCallAfterCloseWithOpenBreakerIsErrClosed(t *testing.T) {
+	for _, mode := range []Mode{ModeStandalone, ModeSentinel} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := Config{NodeFailureThreshold: 1, NodeRecoveryTime: time.Hour,
+				DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond}
+			var srv *redistest.Server
+			if mode == ModeSentinel {
+				s := redistest.StartSentinel(t)
+				cfg.MasterName, cfg.Addrs, srv = s.MasterName, s.Addrs(), s.Master
+			} else {
+				srv = redistest.StartServer(t)
+				cfg.Addrs = []string{srv.Addr}
+			}
+			c, err := NewClient(cfg)
+			require.NoError(t, err)
+			ctx := testCtx(t, 30*time.Second)
+			require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+			srv.Kill(t)
+			require.Error(t, c.Get(ctx, "k").Err())
+			require.ErrorIs(t, c.Get(ctx, "k").Err(), ErrNodeUnavailable, "the breaker did not open")
+			require.NoError(t, c.Close())
+
+			assert.ErrorIs(t, c.Get(ctx, "k").Err(), ErrClosed)
+			assert.ErrorIs(t, c.Do(ctx, "PING").Err(), ErrClosed)
+			_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); return nil })
+			assert.ErrorIs(t, err, ErrClosed)
+			_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, "k"); return nil })
+			assert.ErrorIs(t, err, ErrClosed)
+			assert.ErrorIs(t, c.BLPop(ctx, time.Second, "q").Err(), ErrClosed)
+			assert.ErrorIs(t, c.Watch(ctx, func(*redis.Tx) error { return nil }, "k"), ErrClosed)
+		})
+	}
+}
+
+// Watch keeps Close's promise in every mode: after Close it fails with
+// ErrClosed and never runs fn (go-redis's cluster Watch would answer "redis:
+// client is closed", or nil for a transaction that never ran), and a Close
+// while fn runs fails the transaction's commands with ErrClosed.
+func TestWatchAfterCloseIsErrClosed(t *testing.T) {
+	for _, mode := range []Mode{ModeStandalone, ModeSentinel, ModeCluster} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := Config{Mode: mode}
+			switch mode {
+			case ModeSentinel:
+				s := redistest.StartSentinel(t)
+				cfg.MasterName, cfg.Addrs = s.MasterName, s.Addrs()
+			case ModeCluster:
+				cfg.Addrs = redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3}).Addrs()
+			default:
+				cfg.Addrs = []string{redistest.StartServer(t).Addr}
+			}
+			ctx := testCtx(t, 30*time.Second)
+			const key = "watch:k"
+
+			during := newTestClient(t, cfg)
+			require.NoError(t, during.Set(ctx, key, "v", 0).Err())
+			err := during.Watch(ctx, func(tx *redis.Tx) error {
+				require.NoError(t, during.Close())
+				require.ErrorIs(t, tx.Get(ctx, key).Err(), ErrClosed)
+				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, key, "w", 0); return nil })
+				return err
+			}, key)
+			require.ErrorIs(t, err, ErrClosed, "Close while the transaction ran")
+
+			used := newTestClient(t, cfg)
+			require.NoError(t, used.Get(ctx, key).Err()) // the slot map (Cluster) and a connection are ready
+			fresh := newTestClient(t, cfg)               // never used: no slot map yet
+			for _, c := range []*Client{used, fresh} {
+				require.NoError(t, c.Close())
+				for range 3 {
+					ran := false
+					err := c.Watch(ctx, func(*redis.Tx) error { ran = true; return nil }, key)
+					require.ErrorIs(t, err, ErrClosed)
+					assert.False(t, ran, "fn ran after Close")
+				}
+			}
+		})
+	}
+}
+
+// go-redis's cluster Watch can end its retry loop with nil without running
+// fn. Watch never passes that on as success.
+func TestWatchThatNeverRanFnIsAnError(t *testing.T) {
+	c, err := NewClient(Config{Mode: ModeCluster, Addrs: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	real := c.UniversalClient
+	defer func() { c.UniversalClient = real; _ = c.Close() }()
+	ctx := context.Background()
+	fn := func(*redis.Tx) error { t.Error("fn ran"); return nil }
+
+	c.UniversalClient = gaveUp{UniversalClient: real}
+	assert.ErrorIs(t, c.Watch(ctx, fn, "k"), errWatchNotRun)
+
+	// Close lands after Watch's own check, while go-redis's loop runs.
+	c.UniversalClient = gaveUp{UniversalClient: real, during: func() { c.closed.Store(true) }}
+	assert.ErrorIs(t, c.Watch(ctx, fn, "k"), ErrClosed)
+}
+
+// gaveUp is a client whose Watch gives up the way go-redis's cluster Watch
+// can: nil, without running fn, after calling during if set.
+type gaveUp struct {
+	redis.UniversalClient
+	during func()
+}
+
+func (g gaveUp) Watch(context.Context, func(*redis.Tx) error, ...string) error {
+	if g.during != nil {
+		g.during()
+	}
+	return nil
+}

@@ -18,8 +18,9 @@
 //     answers and do not. While it is open, commands for that node fail at
 //     once with ErrNodeUnavailable instead of queueing behind a dead socket.
 //     The same hook retries a reset connection once, except for commands
-//     that are not safe to repeat (RPUSH, INCR, SET NX...; repeat.go), which
-//     end with ErrOutcomeUnknown when they may have run.
+//     not known to be safe to repeat (RPUSH, INCR, SET NX, DEL, unknown
+//     commands...; repeatable in classify.go), which end with
+//     ErrOutcomeUnknown when they may have run (repeat.go).
 //   - In Cluster mode, the same node hook sees every CLUSTER SLOTS that
 //     go-redis sends and makes the slot-map refresh single-flight and
 //     rate-limited; an opening breaker triggers a refresh, so writes follow a

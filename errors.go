@@ -43,9 +43,10 @@ var (
 	// was wrong. A refresh has been forced; retrying is reasonable.
 	ErrSlotMapCorruption = errors.New("redisguard: slot map corruption")
 	// ErrOutcomeUnknown means the connection failed (reset, closed, timed
-	// out) after a command that is not safe to repeat may have reached the
-	// server: RPUSH, INCR, SET NX, EVAL and the like (see repeat.go). It may
-	// or may not have run, so it was not retried. It arrives wrapped in a
+	// out) after a command not known to be safe to repeat may have reached
+	// the server: RPUSH, INCR, SET NX, DEL, EVAL, an unknown command and the
+	// like (see repeatable in classify.go). It may or may not have run, so
+	// it was not retried. It arrives wrapped in a
 	// *NodeError naming the node, with the network error's text. Read back
 	// before retrying by hand.
 	ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")

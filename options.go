@@ -53,6 +53,14 @@ const (
 	DefaultHealthWriteTTL       = 5 * time.Second
 )
 
+// maxConnections is the largest MaxConnections and MaxLongConnections
+// accepted. go-redis keeps a pool's size in an int32 and panics past it, and
+// it sets up each pool's bookkeeping in proportion to its size before the
+// first command: 8 bytes a connection, 8 MiB at this limit and 16 GiB at
+// int32's. The long client's pools hold 2n+1. No host reaches the limit:
+// one source address has 65535 ports to open connections to one server.
+const maxConnections = 1 << 20
+
 // DefaultMaxConnections is the per-node ordinary connection budget when
 // MaxConnections is 0: ten per available CPU, as go-redis sizes its pools.
 func DefaultMaxConnections() int { return 10 * runtime.GOMAXPROCS(0) }
@@ -108,14 +116,16 @@ type Config struct {
 	// default: ReadTimeout
 	WriteTimeout time.Duration
 
-	// MaxConnections is the ordinary connection budget per node.
+	// MaxConnections is the ordinary connection budget per node, at most
+	// 1<<20 (1048576).
 	// default: DefaultMaxConnections() (10 per CPU)
 	MaxConnections int
 
 	// MaxLongConnections is the budget for long operations (blocking calls,
 	// non-transactional batches with a blocking command, subscriptions and
 	// MONITOR), shared by all nodes. Long operations run on connections of
-	// their own, so they never take ordinary capacity.
+	// their own, so they never take ordinary capacity. At most 1<<20
+	// (1048576).
 	// default: MaxConnections
 	MaxLongConnections int
 
@@ -244,6 +254,14 @@ func (cfg Config) resolve() (Config, error) {
 	for _, f := range nonNegative {
 		if f.v < 0 {
 			return cfg, invalid(f.name, "is negative (%d)", f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxConnections", cfg.MaxConnections}, {"MaxLongConnections", cfg.MaxLongConnections}} {
+		if f.v > maxConnections {
+			return cfg, invalid(f.name, "is %d, more than %d: go-redis sets up each pool in proportion to its size", f.v, maxConnections)
 		}
 	}
 

@@ -1,14 +1,20 @@
 package redisguard
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
 )
 
 func TestInvalidConfig(t *testing.T) {
@@ -23,6 +29,11 @@ func TestInvalidConfig(t *testing.T) {
 		{"blank address among others", Config{Addrs: []string{"a:1", "  "}}, "Addrs"},
 		{"negative MaxConnections", Config{Addrs: []string{"a:1"}, MaxConnections: -1}, "MaxConnections"},
 		{"negative MaxLongConnections", Config{Addrs: []string{"a:1"}, MaxLongConnections: -3}, "MaxLongConnections"},
+		{"MaxConnections beyond go-redis's pool", Config{Addrs: []string{"a:1"}, MaxConnections: 1e15}, "MaxConnections"},
+		{"MaxConnections past the limit", Config{Addrs: []string{"a:1"}, MaxConnections: maxConnections + 1}, "MaxConnections"},
+		{"MaxLongConnections that overflows the long pool", Config{Addrs: []string{"a:1"}, MaxLongConnections: 1 << 62}, "MaxLongConnections"},
+		{"MaxLongConnections past the limit", Config{Addrs: []string{"a:1"}, MaxLongConnections: maxConnections + 1}, "MaxLongConnections"},
+		{"MaxConnections past the limit, as the default of MaxLongConnections", Config{Addrs: []string{"a:1"}, MaxConnections: math.MaxInt32}, "MaxConnections"},
 		{"negative DialTimeout", Config{Addrs: []string{"a:1"}, DialTimeout: -time.Second}, "DialTimeout"},
 		{"negative ReadTimeout", Config{Addrs: []string{"a:1"}, ReadTimeout: -1}, "ReadTimeout"},
 		{"negative WriteTimeout", Config{Addrs: []string{"a:1"}, WriteTimeout: -1}, "WriteTimeout"},
@@ -128,4 +139,45 @@ func TestNewClientOpensNoSocket(t *testing.T) {
 func TestModeString(t *testing.T) {
 	assert.Equal(t, "cluster", ModeCluster.String())
 	assert.True(t, strings.HasPrefix(Mode(9).String(), "Mode("))
+}
+
+// A budget go-redis cannot build is a configuration error, in every mode:
+// go-redis panics on a pool size beyond int32 (in NewClient, or at a Cluster
+// node's first command), and the long client's pool is 2n+1 connections.
+func TestConnectionLimitsNeverPanic(t *testing.T) {
+	for _, mode := range []Mode{ModeStandalone, ModeSentinel, ModeCluster} {
+		for _, cfg := range []Config{
+			{MaxConnections: 1e15},
+			{MaxConnections: math.MaxInt32 + 1},
+			{MaxConnections: math.MaxInt},
+			{MaxLongConnections: 1 << 62},
+			{MaxLongConnections: math.MaxInt32/2 + 1},
+			{MaxLongConnections: math.MaxInt},
+		} {
+			t.Run(fmt.Sprintf("%s/%d/%d", mode, cfg.MaxConnections, cfg.MaxLongConnections), func(t *testing.T) {
+				cfg.Mode, cfg.Addrs, cfg.MasterName = mode, []string{"127.0.0.1:1"}, "m"
+				if mode == ModeCluster {
+					cfg.MasterName = ""
+				}
+				var c *Client
+				var err error
+				require.NotPanics(t, func() { c, err = NewClient(cfg) })
+				require.ErrorIs(t, err, ErrInvalidConfig)
+				assert.Nil(t, c)
+			})
+		}
+	}
+}
+
+// The largest budgets are accepted and built: NewClient, and the long
+// client a blocking call builds, work at the limit.
+func TestConnectionLimitsAtTheLimit(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, err := NewClient(Config{Addrs: []string{srv.Addr}, MaxConnections: maxConnections, MaxLongConnections: maxConnections})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	require.Equal(t, redis.Nil, c.BLPop(ctx, 10*time.Millisecond, "q").Err())
 }

@@ -13,60 +13,17 @@ import (
 // Repeating a command after its connection failed is at-least-once: when the
 // server ran the command and only the reply was lost (a CLIENT KILL, a reset,
 // a read timeout on a server that was paused and later resumed, which still
-// runs what waits in its socket buffer), the command runs twice. For most
-// commands that is harmless: a second SET writes the same value, a second
-// GET reads. For some it is not: a second RPUSH duplicates a queue item, a
-// second INCR counts twice, a second SET NX tells the caller that the lock it
-// has just taken belongs to somebody else.
+// runs what waits in its socket buffer), the command runs twice. A second GET
+// reads and a second SET writes the same value, but a second RPUSH duplicates
+// a queue item, a second INCR counts twice, and a second SET NX tells the
+// caller that the lock it has just taken belongs to somebody else.
 //
-// For those, a failure that came after the command may have reached the
-// server ends the command with ErrOutcomeUnknown, which neither redisguard's
-// reset retry nor go-redis's cluster loop repeats. Failures before that point
-// (a dial, a pool timeout, a failed write) leave the command repeatable as
-// before: it cannot have run.
-
-// unrepeatable lists the commands whose second run changes what the first did
-// or what its caller is told, by lower-case name. SET is decided by its
-// options (see repeatable).
-var unrepeatable = map[string]bool{
-	// Effects that accumulate: a second run adds, counts, inserts or removes
-	// again.
-	"incr": true, "incrby": true, "incrbyfloat": true, "decr": true, "decrby": true,
-	"hincrby": true, "hincrbyfloat": true, "zincrby": true, "bitfield": true,
-	"append": true, "lpush": true, "rpush": true, "lpushx": true, "rpushx": true, "linsert": true,
-	"lrem": true, "zremrangebyrank": true, "xadd": true, "publish": true, "spublish": true,
-	// The reply of a second run contradicts the first: the caller would act
-	// on a lock it holds as if it did not, or on its own value as the old one.
-	"setnx": true, "hsetnx": true, "msetnx": true, "renamenx": true, "rename": true,
-	"getset": true, "getdel": true,
-	// Scripts and functions may do any of the above.
-	"eval": true, "evalsha": true, "fcall": true,
-}
-
-// Pops (LPOP, BLPOP, LMOVE, XREADGROUP...) are not listed: when a pop's reply
-// is lost, what it took is lost with it, whether or not a second pop follows;
-// the second one takes the next element, and duplicates nothing.
-
-// repeatable reports whether cmd may be sent again after a failure that left
-// its outcome unknown. Unknown commands are repeatable, as they were in
-// go-redis.
-func repeatable(cmd redis.Cmder) bool {
-	name := cmd.Name()
-	if unrepeatable[name] {
-		return false
-	}
-	if name == "set" {
-		// SET ... NX (a lock) and SET ... GET (a swap) answer differently the
-		// second time. The options follow the key and the value.
-		args := cmd.Args()
-		for i := 3; i < len(args); i++ {
-			if s, ok := args[i].(string); ok && (strings.EqualFold(s, "nx") || strings.EqualFold(s, "get")) {
-				return false
-			}
-		}
-	}
-	return true
-}
+// So a failure that came after a command may have reached the server ends
+// the command with ErrOutcomeUnknown, which neither redisguard's reset retry
+// nor go-redis's cluster loop repeats, unless the command is known to be
+// safe to run twice (repeatable, classify.go). Failures before that point (a
+// dial, a pool timeout, a failed write) leave every command repeatable: it
+// cannot have run.
 
 // mayHaveRun reports whether a command that failed with err may have reached
 // the server and run there: a network error or timeout after the write.

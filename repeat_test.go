@@ -39,36 +39,6 @@ func failsOnce(cause error, calls *int) func() error {
 	}
 }
 
-func TestRepeatable(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		args []any
-		want bool
-	}{
-		{[]any{"get", "k"}, true},
-		{[]any{"set", "k", "v"}, true},
-		{[]any{"set", "k", "nx"}, true}, // the value "nx", not the option
-		{[]any{"set", "k", "v", "ex", 10}, true},
-		{[]any{"SET", "k", "v", "NX", "PX", 3000}, false},
-		{[]any{"set", "k", "v", "get"}, false},
-		{[]any{"del", "k"}, true},
-		{[]any{"sadd", "s", "m"}, true},
-		{[]any{"rpush", "q", "x"}, false},
-		{[]any{"LPUSH", "q", "x"}, false},
-		{[]any{"incr", "n"}, false},
-		{[]any{"hincrby", "h", "f", 1}, false},
-		{[]any{"publish", "ch", "m"}, false},
-		{[]any{"xadd", "s", "*", "f", "v"}, false},
-		{[]any{"setnx", "k", "v"}, false},
-		{[]any{"eval", "return 1", 0}, false},
-		{[]any{"lpop", "q"}, true}, // a lost pop is lost either way; the retry duplicates nothing
-		{[]any{"blpop", "q", 1}, true},
-		{[]any{"no-such-command"}, true},
-	} {
-		assert.Equal(t, tc.want, repeatable(redis.NewCmd(ctx, tc.args...)), "%v", tc.args)
-	}
-}
-
 // The node guard's decision, with go-redis's network replaced by a stub: an
 // unrepeatable command whose connection failed after the write ends with
 // ErrOutcomeUnknown, once, in a form go-redis's retry loops do not retry;
@@ -184,4 +154,147 @@ func TestBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
 		_ = pipeline(ctx, tc.cmds)
 		assert.Equal(t, tc.calls, calls, tc.name)
 	}
+}
+
+// Each of these commands answers differently, or changes the data again,
+// when it runs a second time. Through a proxy that lets the server run it and
+// loses the reply, redisguard must not send it again: the caller gets
+// ErrOutcomeUnknown and the data shows exactly one run.
+func TestLostReplyDoesNotRepeatUnsafeCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	ctx := testCtx(t, 30*time.Second)
+	guarded := newTestClient(t, Config{Addrs: []string{proxy.Addr()}})
+	admin := srv.Admin()
+	db1 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
+	defer db1.Close()
+
+	for _, tc := range []struct {
+		name  string
+		setup func() error
+		run   func() error
+		check func(t *testing.T)
+	}{
+		{
+			name: "ZADD INCR counts once",
+			run: func() error {
+				return guarded.ZAddArgsIncr(ctx, "zincr", redis.ZAddArgs{Members: []redis.Z{{Score: 1, Member: "m"}}}).Err()
+			},
+			check: func(t *testing.T) { assert.Equal(t, 1.0, admin.ZScore(ctx, "zincr", "m").Val()) },
+		},
+		{
+			name:  "ZADD NX does not answer that the member existed",
+			run:   func() error { return guarded.ZAddNX(ctx, "znx", redis.Z{Score: 1, Member: "m"}).Err() },
+			check: func(t *testing.T) { assert.Equal(t, 1.0, admin.ZScore(ctx, "znx", "m").Val()) },
+		},
+		{
+			name:  "SMOVE does not answer that it moved nothing",
+			setup: func() error { return admin.SAdd(ctx, "{s}from", "m").Err() },
+			run:   func() error { return guarded.SMove(ctx, "{s}from", "{s}to", "m").Err() },
+			check: func(t *testing.T) { assert.True(t, admin.SIsMember(ctx, "{s}to", "m").Val()) },
+		},
+		{
+			name:  "COPY does not answer that it copied nothing",
+			setup: func() error { return admin.Set(ctx, "{c}src", "v", 0).Err() },
+			run:   func() error { return guarded.Copy(ctx, "{c}src", "{c}dst", 0, false).Err() },
+			check: func(t *testing.T) { assert.Equal(t, "v", admin.Get(ctx, "{c}dst").Val()) },
+		},
+		{
+			name:  "MOVE does not answer that it moved nothing",
+			setup: func() error { return admin.Set(ctx, "moved", "v", 0).Err() },
+			run:   func() error { return guarded.Move(ctx, "moved", 1).Err() },
+			check: func(t *testing.T) { assert.Equal(t, "v", db1.Get(ctx, "moved").Val()) },
+		},
+		{
+			name:  "LMOVE onto the same list rotates once",
+			setup: func() error { return admin.RPush(ctx, "ring", "a", "b", "c").Err() },
+			run:   func() error { return guarded.LMove(ctx, "ring", "ring", "LEFT", "RIGHT").Err() },
+			check: func(t *testing.T) { assert.Equal(t, []string{"b", "c", "a"}, admin.LRange(ctx, "ring", 0, -1).Val()) },
+		},
+		{
+			name:  "RPOPLPUSH onto the same list rotates once",
+			setup: func() error { return admin.RPush(ctx, "ring2", "a", "b", "c").Err() },
+			run:   func() error { return guarded.RPopLPush(ctx, "ring2", "ring2").Err() },
+			check: func(t *testing.T) { assert.Equal(t, []string{"c", "a", "b"}, admin.LRange(ctx, "ring2", 0, -1).Val()) },
+		},
+		{
+			name:  "SET NX given as bytes does not answer that the key was taken",
+			run:   func() error { return guarded.Do(ctx, "SET", "lock", "me", []byte("NX")).Err() },
+			check: func(t *testing.T) { assert.Equal(t, "me", admin.Get(ctx, "lock").Val()) },
+		},
+		{
+			name:  "EXPIRE NX does not answer that a TTL was set already",
+			setup: func() error { return admin.Set(ctx, "ttl", "v", 0).Err() },
+			run:   func() error { return guarded.ExpireNX(ctx, "ttl", time.Hour).Err() },
+			check: func(t *testing.T) { assert.Greater(t, admin.TTL(ctx, "ttl").Val(), time.Duration(0)) },
+		},
+		{
+			name:  "SADD does not answer that the member existed",
+			run:   func() error { return guarded.SAdd(ctx, "seen", "id-1").Err() },
+			check: func(t *testing.T) { assert.True(t, admin.SIsMember(ctx, "seen", "id-1").Val()) },
+		},
+		{
+			name:  "DEL does not answer that it deleted nothing",
+			setup: func() error { return admin.Set(ctx, "gone", "v", 0).Err() },
+			run:   func() error { return guarded.Del(ctx, "gone").Err() },
+			check: func(t *testing.T) { assert.Zero(t, admin.Exists(ctx, "gone").Val()) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				require.NoError(t, tc.setup())
+			}
+			require.NoError(t, guarded.Ping(ctx).Err()) // a pooled connection through the proxy
+			require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+			err := tc.run()
+			require.ErrorIs(t, err, ErrOutcomeUnknown, "the command was answered as if it had run once")
+			tc.check(t)
+		})
+	}
+}
+
+// The other side of the rule: a command that is safe to run twice is sent
+// again after its reply was lost, and the caller gets its answer.
+func TestLostReplyRepeatsSafeCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	ctx := testCtx(t, 30*time.Second)
+	guarded := newTestClient(t, Config{Addrs: []string{proxy.Addr()}})
+	admin := srv.Admin()
+	require.NoError(t, admin.RPush(ctx, "{q}src", "a", "b", "c", "d").Err())
+	require.NoError(t, admin.Set(ctx, "ttl", "v", 0).Err())
+
+	for _, tc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"SET EX", func() error { return guarded.Set(ctx, "k", "v", time.Minute).Err() }},
+		{"MSET", func() error { return guarded.MSet(ctx, "a", "1", "b", "2").Err() }},
+		{"EXPIRE", func() error { return guarded.Expire(ctx, "ttl", time.Hour).Err() }},
+		{"GET", func() error { return guarded.Get(ctx, "k").Err() }},
+		// A pop whose reply was lost took an element nobody can read back;
+		// the retry takes the next, as the caller's own retry would.
+		{"LPOP", func() error {
+			v, err := guarded.LPop(ctx, "{q}src").Result()
+			assert.Equal(t, "b", v, "a was taken by the lost run")
+			return err
+		}},
+		{"LMOVE onto another list", func() error {
+			v, err := guarded.LMove(ctx, "{q}src", "{q}dst", "LEFT", "RIGHT").Result()
+			assert.Equal(t, "d", v)
+			assert.Equal(t, []string{"c", "d"}, admin.LRange(ctx, "{q}dst", 0, -1).Val(), "the lost run's element is kept")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, guarded.Ping(ctx).Err())
+			require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+			require.NoError(t, tc.run(), "not retried after the lost reply")
+		})
+	}
+	assert.Zero(t, guarded.Stats().Nodes[0].OutcomeUnknown)
 }

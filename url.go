@@ -3,6 +3,7 @@ package redisguard
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -43,8 +44,8 @@ import (
 //	read_timeout            ReadTimeout           duration
 //	write_timeout           WriteTimeout          duration
 //	pool_timeout            PoolTimeout           duration
-//	max_connections         MaxConnections        whole number >= 0
-//	max_long_connections    MaxLongConnections    whole number >= 0
+//	max_connections         MaxConnections        whole number, 0 to 1048576
+//	max_long_connections    MaxLongConnections    whole number, 0 to 1048576
 //	node_failure_threshold  NodeFailureThreshold  whole number; negative turns breakers off
 //	node_recovery_time      NodeRecoveryTime      duration
 //	health_write_ttl        HealthWriteTTL        duration
@@ -434,8 +435,8 @@ var urlParams = map[string]urlParam{
 	"read_timeout":           durationParam(func(c *Config) *time.Duration { return &c.ReadTimeout }),
 	"write_timeout":          durationParam(func(c *Config) *time.Duration { return &c.WriteTimeout }),
 	"pool_timeout":           durationParam(func(c *Config) *time.Duration { return &c.PoolTimeout }),
-	"max_connections":        countParam(false, func(c *Config) *int { return &c.MaxConnections }),
-	"max_long_connections":   countParam(false, func(c *Config) *int { return &c.MaxLongConnections }),
+	"max_connections":        connectionsParam(func(c *Config) *int { return &c.MaxConnections }),
+	"max_long_connections":   connectionsParam(func(c *Config) *int { return &c.MaxLongConnections }),
 	"node_failure_threshold": countParam(true, func(c *Config) *int { return &c.NodeFailureThreshold }),
 	"node_recovery_time":     durationParam(func(c *Config) *time.Duration { return &c.NodeRecoveryTime }),
 	"health_write_ttl":       durationParam(func(c *Config) *time.Duration { return &c.HealthWriteTTL }),
@@ -470,6 +471,20 @@ func durationParam(field func(*Config) *time.Duration) urlParam {
 			return errors.New("is negative")
 		}
 		*field(c) = d
+		return nil
+	}}
+}
+
+// connectionsParam is a count of connections, bounded as Config bounds it.
+func connectionsParam(field func(*Config) *int) urlParam {
+	count := countParam(false, field)
+	return urlParam{set: func(c *Config, v string) error {
+		if err := count.set(c, v); err != nil {
+			return err
+		}
+		if *field(c) > maxConnections {
+			return fmt.Errorf("is more than %d: go-redis sets up each pool in proportion to its size", maxConnections)
+		}
 		return nil
 	}}
 }

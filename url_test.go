@@ -158,6 +158,9 @@ func TestParseURLErrors(t *testing.T) {
 		{"negative count", "redis://h?max_connections=-1", "URL parameter max_connections"},
 		{"fractional count", "redis://h?max_long_connections=1.5", "URL parameter max_long_connections"},
 		{"count overflows", "redis://h?max_connections=99999999999999999999", "URL parameter max_connections is out of range"},
+		{"more connections than go-redis can pool", "redis://h?max_connections=1000000000000000", "URL parameter max_connections is more than"},
+		{"connections past the limit", "redis://h?max_connections=1048577", "URL parameter max_connections is more than"},
+		{"long connections past the limit", "redis+cluster://h?max_long_connections=4611686018427387904", "URL parameter max_long_connections is more than"},
 		{"threshold not a number", "redis://h?node_failure_threshold=off", "URL parameter node_failure_threshold"},
 		{"client name with a space", "redis://h?client_name=a%20b", "URL parameter client_name"},
 		{"cluster parameter on redis://", "redis://h?max_redirects=3", "URL parameter max_redirects"},
@@ -242,6 +245,9 @@ func FuzzParseURL(f *testing.F) {
 	for _, tt := range parseURLCases {
 		f.Add(tt.url)
 	}
+	f.Add("redis://h?max_connections=1048576&max_long_connections=1048576")
+	f.Add("redis+sentinel://h/m?max_connections=1000000000000000")
+	f.Add("redis+cluster://h?max_long_connections=4611686018427387904")
 	f.Fuzz(func(t *testing.T, s string) {
 		cfg, err := ParseURL(s)
 		secrets := fuzzSecrets(s)
@@ -258,6 +264,13 @@ func FuzzParseURL(f *testing.F) {
 		if _, err := cfg.resolve(); err != nil {
 			t.Fatalf("parsed Config does not validate: %v", err)
 		}
+		// What ParseURL accepts, NewClient builds without a panic (go-redis
+		// panics on a pool it cannot size) and without dialling.
+		c, err := NewClient(cfg)
+		if err != nil {
+			t.Fatalf("NewClient refuses the parsed Config: %v", err)
+		}
+		_ = c.Close()
 		if pass, ok := fuzzPassword(s); ok {
 			if dec, _ := url.PathUnescape(pass); cfg.Password != dec {
 				t.Fatalf("the test reads the password as %q, ParseURL as %q", dec, cfg.Password)

@@ -2,10 +2,50 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"runtime"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Watch is go-redis's Watch. The transaction keeps its native connection,
+// ordinary capacity, until fn returns; a blocking command issued on the Tx
+// fails at once with ErrBlockingInWatch instead of parking that connection.
+//
+// After Close it fails with ErrClosed and never runs fn, in every mode. A
+// nil error always means that fn ran and returned nil: go-redis's cluster
+// Watch can end its retry loop (redirects, closed node clients) with nil
+// and without running fn, and that is reported as an error here.
+func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	ran := false // fn runs on this goroutine, inside go-redis's Watch
+	err := c.UniversalClient.Watch(ctx, func(tx *redis.Tx) error {
+		ran = true
+		if c.cfg.Mode == ModeCluster {
+			// The Tx runs on a node client, below facadeHook. Elsewhere it
+			// clones the client's hooks, and facadeHook refuses there.
+			tx.AddHook(watchGuard{})
+		}
+		return fn(tx)
+	}, keys...)
+	switch {
+	case ran:
+		return err // fn's own answer, untouched
+	case err != nil:
+		// In Cluster mode go-redis's errors reach here without passing
+		// facadeHook ("redis: client is closed" after Close).
+		return c.translate(ctx, err)
+	case c.closed.Load():
+		return ErrClosed
+	}
+	return errWatchNotRun
+}
+
+// errWatchNotRun is what Watch returns when go-redis's cluster Watch gave up
+// without running the transaction yet reported no error.
+var errWatchNotRun = errors.New("redisguard: Watch gave up before the transaction ran (the slot's node kept redirecting or closing); the transaction was not sent")
 
 // watchGuard is added to the Tx of every Watch in Cluster mode, where the
 // transaction runs on a node client that facadeHook never sees. It refuses
