@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"time"
@@ -196,15 +197,27 @@ func invalid(field, format string, args ...any) error {
 // ModeAuto replaced by the concrete mode. It never panics and never echoes a
 // password.
 func (cfg Config) resolve() (Config, error) {
+	cfg.Addrs = append([]string(nil), cfg.Addrs...)
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	return cfg.withDefaults(), nil
+}
+
+// validate reports the first thing wrong with cfg, as an ErrInvalidConfig
+// naming the field, and resolves ModeAuto to the concrete mode.
+func (cfg *Config) validate() error {
 	if len(cfg.Addrs) == 0 {
-		return cfg, invalid("Addrs", "is empty: need at least one host:port")
+		return invalid("Addrs", "is empty: need at least one host:port")
 	}
 	for i, a := range cfg.Addrs {
 		if strings.TrimSpace(a) == "" {
-			return cfg, invalid("Addrs", "[%d] is empty", i)
+			return invalid("Addrs", "[%d] is empty", i)
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return invalid("Addrs", "[%d] %q is not host:port (the port is required, e.g. %q)", i, a, exampleAddr(a))
 		}
 	}
-	cfg.Addrs = append([]string(nil), cfg.Addrs...)
 
 	switch cfg.Mode {
 	case ModeAuto:
@@ -218,21 +231,21 @@ func (cfg Config) resolve() (Config, error) {
 		}
 	case ModeStandalone:
 		if len(cfg.Addrs) > 1 {
-			return cfg, invalid("Addrs", "has %d addresses; ModeStandalone takes exactly one", len(cfg.Addrs))
+			return invalid("Addrs", "has %d addresses; ModeStandalone takes exactly one", len(cfg.Addrs))
 		}
 	case ModeSentinel:
 		if cfg.MasterName == "" {
-			return cfg, invalid("MasterName", "is required with ModeSentinel")
+			return invalid("MasterName", "is required with ModeSentinel")
 		}
 	case ModeCluster:
 		if cfg.MasterName != "" {
-			return cfg, invalid("MasterName", "is set but ModeCluster has no master name; use ModeSentinel")
+			return invalid("MasterName", "is set but ModeCluster has no master name; use ModeSentinel")
 		}
 	default:
-		return cfg, invalid("Mode", "%d is not a known mode", int(cfg.Mode))
+		return invalid("Mode", "%d is not a known mode", int(cfg.Mode))
 	}
 	if cfg.Mode == ModeCluster && cfg.DB != 0 {
-		return cfg, invalid("DB", "is %d; Redis Cluster only has database 0", cfg.DB)
+		return invalid("DB", "is %d; Redis Cluster only has database 0", cfg.DB)
 	}
 
 	nonNegative := []struct {
@@ -253,7 +266,7 @@ func (cfg Config) resolve() (Config, error) {
 	}
 	for _, f := range nonNegative {
 		if f.v < 0 {
-			return cfg, invalid(f.name, "is negative (%d)", f.v)
+			return invalid(f.name, "is negative (%d)", f.v)
 		}
 	}
 	for _, f := range []struct {
@@ -261,10 +274,15 @@ func (cfg Config) resolve() (Config, error) {
 		v    int
 	}{{"MaxConnections", cfg.MaxConnections}, {"MaxLongConnections", cfg.MaxLongConnections}} {
 		if f.v > maxConnections {
-			return cfg, invalid(f.name, "is %d, more than %d: go-redis sets up each pool in proportion to its size", f.v, maxConnections)
+			return invalid(f.name, "is %d, more than %d: go-redis sets up each pool in proportion to its size", f.v, maxConnections)
 		}
 	}
 
+	return nil
+}
+
+// withDefaults returns cfg with every zero field that has a default set to it.
+func (cfg Config) withDefaults() Config {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -298,7 +316,16 @@ func (cfg Config) resolve() (Config, error) {
 	if cfg.HealthWriteTTL == 0 {
 		cfg.HealthWriteTTL = DefaultHealthWriteTTL
 	}
-	return cfg, nil
+	return cfg
+}
+
+// exampleAddr suggests addr with the default port, for the error message.
+func exampleAddr(addr string) string {
+	host := strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	return net.JoinHostPort(host, "6379")
 }
 
 // breakersEnabled reports whether circuit breakers are on (the one documented

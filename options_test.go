@@ -17,6 +17,14 @@ import (
 	"github.com/redisguard/redisguard/internal/redistest"
 )
 
+// An address without a port fails validation, not the first dial, and the
+// error shows the fix.
+func TestAddressWithoutPortSaysWhatToWrite(t *testing.T) {
+	_, err := NewClient(Config{Addrs: []string{"redis-cluster"}})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), `"redis-cluster:6379"`)
+}
+
 func TestInvalidConfig(t *testing.T) {
 	const secret = "s3cret-password"
 	tests := []struct {
@@ -27,6 +35,9 @@ func TestInvalidConfig(t *testing.T) {
 		{"no addresses", Config{}, "Addrs"},
 		{"empty address", Config{Addrs: []string{""}}, "Addrs"},
 		{"blank address among others", Config{Addrs: []string{"a:1", "  "}}, "Addrs"},
+		{"address without a port", Config{Addrs: []string{"redis-cluster"}}, "Addrs"},
+		{"address with an empty port", Config{Addrs: []string{"a:1", "redis:"}}, "Addrs"},
+		{"IPv6 address without a port", Config{Addrs: []string{"[::1]"}}, "Addrs"},
 		{"negative MaxConnections", Config{Addrs: []string{"a:1"}, MaxConnections: -1}, "MaxConnections"},
 		{"negative MaxLongConnections", Config{Addrs: []string{"a:1"}, MaxLongConnections: -3}, "MaxLongConnections"},
 		{"MaxConnections beyond go-redis's pool", Config{Addrs: []string{"a:1"}, MaxConnections: 1e15}, "MaxConnections"},
