@@ -376,6 +376,8 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 		return breaker.Success
 	case contextDone(ctx) != nil:
 		return breaker.Neutral
+	case errors.As(err, new(*unknownMasterError)):
+		return breaker.Neutral // the sentinels answered; no node was tried
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, ErrClosed), errors.Is(err, ErrPoolExhausted), errors.Is(err, ErrNodeUnavailable):
 		return breaker.Neutral

@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -116,6 +117,11 @@ func (s *sentinelMaster) use(addr string) {
 func (s *sentinelMaster) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
+		if err != nil && errors.Is(err, redis.Nil) {
+			// Every sentinel answered GET-MASTER-ADDR-BY-NAME with nil:
+			// they are up, and monitor no master by that name.
+			return nil, &unknownMasterError{name: s.name}
+		}
 		if err != nil {
 			var opErr *net.OpError
 			if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil {
@@ -253,6 +259,15 @@ func (s *sentinelMaster) probeRole() error {
 }
 
 var errNoMaster = errors.New("no sentinel named a master that answers")
+
+// unknownMasterError is a dial's failure when the sentinels answered that
+// they monitor no master by the configured name: a configuration mistake,
+// not a node failure.
+type unknownMasterError struct{ name string }
+
+func (e *unknownMasterError) Error() string {
+	return fmt.Sprintf("redisguard: the sentinels monitor no master named %q (check MasterName)", e.name)
+}
 
 func (s *sentinelMaster) ask(sentinelAddr string) (string, error) {
 	s.mu.Lock()

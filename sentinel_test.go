@@ -155,3 +155,18 @@ func TestSentinelBreakerIsNamedAfterTheAddress(t *testing.T) {
 	}
 	assert.True(t, named, "no breaker for the master's address in %+v", c.Stats().Nodes)
 }
+
+// A master name the sentinels do not monitor is reported as that, not as
+// go-redis's "all sentinels are unreachable: redis: nil", and it opens no
+// breaker: the sentinels answered.
+func TestSentinelUnknownMasterSaysSo(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	c := newTestClient(t, Config{Mode: ModeSentinel, MasterName: "no-such-master", Addrs: g.Addrs(), NodeFailureThreshold: 1})
+	ctx := testCtx(t, 20*time.Second)
+	for range 3 {
+		err := c.Set(ctx, "k", "v", 0).Err()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `the sentinels monitor no master named "no-such-master"`)
+		assert.NotErrorIs(t, err, ErrNodeUnavailable)
+	}
+}

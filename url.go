@@ -108,6 +108,9 @@ const urlSchemeList = "redis, rediss, redis+sentinel, rediss+sentinel, redis+clu
 // rejects host lists such as "[::1]:1,[::2]:2", and its errors quote the
 // whole input, password included.
 func parseURL(s string) (Config, error) {
+	if s == "" {
+		return Config{}, invalid("URL", "is empty (is the environment variable that holds it set?)")
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] == 0x7f {
 			return Config{}, invalid("URL", "has a space or control character at byte %d (a trailing newline?); percent-encode it", i)
@@ -310,6 +313,12 @@ func parsePath(cfg *Config, path string) error {
 		name, err := url.PathUnescape(segs[0])
 		if err != nil {
 			return invalid("URL master name", "has invalid percent-encoding")
+		}
+		if len(segs) == 1 && isDigits(segs[0]) {
+			// redis+sentinel://host/0 reads like a database number, as in
+			// redis://host/0; taken as a master name it would fail later
+			// with the sentinels' puzzling answer.
+			return invalid("URL path", "/%s is ambiguous: a Sentinel URL's path is /<master name>[/<db>]; write /<master name>/%s for database %s, or, for a master named %s, percent-encode its first digit (/%%%02X%s)", name, name, name, name, name[0], name[1:])
 		}
 		cfg.MasterName = name
 		db = segs[1:]

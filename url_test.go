@@ -139,6 +139,7 @@ func TestParseURLErrors(t *testing.T) {
 		{"db overflows", "redis://h/99999999999999999999", "URL database number"},
 		{"two path segments", "redis://h/1/2", "URL path"},
 		{"sentinel without master", "redis+sentinel://h", "URL path"},
+		{"sentinel path that reads as a database", "redis+sentinel://h/0", "is ambiguous"},
 		{"sentinel with empty master", "redis+sentinel://h/", "URL path"},
 		{"sentinel db not a number", "redis+sentinel://h/m/x", "URL database number"},
 		{"sentinel trailing slash", "redis+sentinel://h/m/", "URL database number"},
@@ -451,4 +452,22 @@ func formatURL(cfg Config) string {
 		b.WriteString("?" + strings.Join(q, "&"))
 	}
 	return b.String()
+}
+
+// An empty URL (an unset environment variable) says so; a Sentinel URL whose
+// path is only a number says how to write what was meant, and a master name
+// made of digits can still be written.
+func TestParseURLSaysWhatWasMeant(t *testing.T) {
+	_, err := ParseURL("")
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "is empty")
+
+	_, err = ParseURL("redis+sentinel://h:26379/0")
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "/<master name>/0")
+	assert.Contains(t, err.Error(), "/%30")
+
+	cfg, err := ParseURL("redis+sentinel://h:26379/%30")
+	require.NoError(t, err)
+	assert.Equal(t, "0", cfg.MasterName)
 }
