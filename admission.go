@@ -153,7 +153,8 @@ func (a *admission) build() redis.UniversalClient {
 	// would count each call twice and, half-open, reject the very probe the
 	// outer guard let through, so a worker that only blocks could never
 	// close its breaker again.
-	shadow := &Client{cfg: c.cfg, log: c.log, clock: c.clock, probeOpt: c.probeOpt, sentinel: c.sentinel}
+	shadow := &Client{core: newCore(c.cfg, c.clock), probeOpt: c.probeOpt, sentinel: c.sentinel}
+	shadow.core.log = c.log
 	shadow.cfg.NodeFailureThreshold = -1
 	shadow.nodes = newNodeSet(shadow)
 	return shadow.build(size)

@@ -3,10 +3,8 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,9 +24,7 @@ type Client struct {
 	// directly are guarded too.
 	redis.UniversalClient
 
-	cfg   Config // resolved: every default filled in
-	log   *slog.Logger
-	clock clock.Clock
+	*core // the resolved Config, clock, logger, events and closed flag
 
 	nodes    *nodeSet        // per-node breakers, shared by the ordinary and long clients
 	probeOpt *redis.Options  // the node handshake recovery probes use; Addr set per probe
@@ -37,7 +33,6 @@ type Client struct {
 	div      divergence      // redirect-cycle decisions (divergence.go); zero value ready
 	adm      *admission      // the long budget and the long client (admission.go)
 
-	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -59,17 +54,14 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: resolved, log: resolved.Logger, clock: clk}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
+	c := &Client{core: newCore(resolved, clk)}
 	c.probeOpt = c.options(1).Simple()
 	c.nodes = newNodeSet(c)
 	if resolved.Mode == ModeSentinel {
 		c.sentinel = newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
 	}
 	if resolved.Mode == ModeCluster {
-		c.topo = newTopology(c)
+		c.topo = newTopology(c.core)
 	}
 	c.adm = newAdmission(c)
 	c.UniversalClient = c.build(resolved.MaxConnections)

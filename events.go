@@ -219,7 +219,7 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 //
 // It runs on the goroutine that caused the event, usually a caller's command:
 // OnEvent's promise to return quickly is what keeps the command path fast.
-func (c *Client) emit(e Event, attrs ...slog.Attr) {
+func (c *core) emit(e Event, attrs ...slog.Attr) {
 	e = c.stamp(e)
 	c.logEvent(e, 0, attrs)
 	c.deliver(e)
@@ -229,7 +229,7 @@ func (c *Client) emit(e Event, attrs ...slog.Attr) {
 // exhaustion under overload): OnEvent sees every one, but the log gets at
 // most one line per eventLogInterval from lim, which counts the lines it
 // held back and reports them with the next one.
-func (c *Client) emitLimited(e Event, lim *logLimiter) {
+func (c *core) emitLimited(e Event, lim *logLimiter) {
 	e = c.stamp(e)
 	if ok, held := lim.allow(e.Time); ok {
 		c.logEvent(e, held, nil)
@@ -237,7 +237,7 @@ func (c *Client) emitLimited(e Event, lim *logLimiter) {
 	c.deliver(e)
 }
 
-func (c *Client) stamp(e Event) Event {
+func (c *core) stamp(e Event) Event {
 	if e.Time.IsZero() {
 		e.Time = c.clock.Now()
 	}
@@ -247,7 +247,7 @@ func (c *Client) stamp(e Event) Event {
 	return e
 }
 
-func (c *Client) logEvent(e Event, held uint64, extra []slog.Attr) {
+func (c *core) logEvent(e Event, held uint64, extra []slog.Attr) {
 	ctx := context.Background()
 	level := e.level()
 	if !c.log.Enabled(ctx, level) {
@@ -263,7 +263,7 @@ func (c *Client) logEvent(e Event, held uint64, extra []slog.Attr) {
 // error level: OnEvent also runs on go-redis's background goroutines (slot
 // map reloads), where a panic could not be caught by anyone and would end
 // the process, and an observer must never take the service down.
-func (c *Client) deliver(e Event) {
+func (c *core) deliver(e Event) {
 	f := c.cfg.OnEvent
 	if f == nil {
 		return

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/redisguard/redisguard/internal/clock"
 )
 
 // Defaults for ReadinessOptions fields left at zero.
@@ -63,16 +65,17 @@ func (c *Client) ReadinessHandler(opts ReadinessOptions) http.Handler {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultReadinessTimeout
 	}
-	return &readiness{c: c, opts: opts}
+	return &readiness{check: c.Check, clock: c.clock, opts: opts}
 }
 
 // readiness is the handler behind ReadinessHandler. It starts no goroutine:
 // the probe runs on the goroutine of the request that found the cache stale,
 // and singleflight parks the others until it returns.
 type readiness struct {
-	c    *Client
-	opts ReadinessOptions
-	sf   singleflight.Group
+	check func(context.Context, CheckOptions) Report // the client's Check
+	clock clock.Clock
+	opts  ReadinessOptions
+	sf    singleflight.Group
 
 	mu      sync.Mutex
 	last    *Report   // guarded by mu; nil until the first probe finishes
@@ -111,10 +114,10 @@ func (h *readiness) report(ctx context.Context) Report {
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Timeout)
 		defer cancel()
-		rep := h.c.Check(pctx, CheckOptions{WriteKey: h.opts.WriteKey})
+		rep := h.check(pctx, CheckOptions{WriteKey: h.opts.WriteKey})
 		h.mu.Lock()
 		h.last = &rep
-		h.expires = h.c.clock.Now().Add(h.opts.CacheFor)
+		h.expires = h.clock.Now().Add(h.opts.CacheFor)
 		h.mu.Unlock()
 		return rep, nil
 	})
@@ -124,7 +127,7 @@ func (h *readiness) report(ctx context.Context) Report {
 func (h *readiness) cached() (Report, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.last == nil || !h.c.clock.Now().Before(h.expires) {
+	if h.last == nil || !h.clock.Now().Before(h.expires) {
 		return Report{}, false
 	}
 	return *h.last, true

@@ -33,7 +33,7 @@ const (
 // interval are answered from the last map, and nodes whose breaker is open
 // are skipped for free because their hook fails fast.
 type topology struct {
-	c *Client
+	k *core
 
 	sf singleflight.Group
 
@@ -49,7 +49,7 @@ type topology struct {
 	lastDur  atomic.Int64  // duration of the last fetch, ns
 }
 
-func newTopology(c *Client) *topology { return &topology{c: c} }
+func newTopology(k *core) *topology { return &topology{k: k} }
 
 // attach registers a cluster client whose slot map trigger reloads.
 func (t *topology) attach(cc *redis.ClusterClient) {
@@ -68,8 +68,8 @@ func interval() time.Duration { return refreshMinInterval + rand.N(refreshJitter
 // once when a node fails (every fast-failed command does), so the checks are
 // atomic loads, and one compare-and-swap picks the single caller that acts.
 func (t *topology) trigger() {
-	now := t.c.clock.Now().UnixNano()
-	if now < t.nextFetch.Load() || t.c.closed.Load() {
+	now := t.k.clock.Now().UnixNano()
+	if now < t.nextFetch.Load() || t.k.closed.Load() {
 		return // a fresh map: the reload would be answered from it anyway
 	}
 	claim := t.nextTrigger.Load()
@@ -100,33 +100,33 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	if !ok {
 		return send(ctx, cmd)
 	}
-	if cached := t.slots.Load(); cached != nil && t.c.clock.Now().UnixNano() < t.nextFetch.Load() {
+	if cached := t.slots.Load(); cached != nil && t.k.clock.Now().UnixNano() < t.nextFetch.Load() {
 		sc.SetVal(*cached)
 		return nil
 	}
 	v, err, shared := t.sf.Do("slots", func() (any, error) {
 		start := time.Now()
-		t.nextFetch.Store(t.c.clock.Now().Add(interval()).UnixNano())
-		t.c.emit(Event{Kind: EventRefreshStarted})
+		t.nextFetch.Store(t.k.clock.Now().Add(interval()).UnixNano())
+		t.k.emit(Event{Kind: EventRefreshStarted})
 		err := send(ctx, sc)
 		took := time.Since(start)
 		if isGuardError(err) {
 			// Breaker open: nothing was sent, so nothing is counted, but
 			// the start above still gets its ending; go-redis tries
 			// another node.
-			t.c.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
+			t.k.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
 			return nil, err
 		}
 		t.fetches.Add(1)
 		t.lastDur.Store(int64(took))
 		if err != nil {
 			t.failures.Add(1)
-			t.c.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
+			t.k.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
 			return nil, err
 		}
 		slots := sc.Val()
 		t.slots.Store(&slots)
-		t.c.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
+		t.k.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
 		return slots, nil
 	})
 	if err != nil {
