@@ -143,7 +143,7 @@ func (a *admission) build() redis.UniversalClient {
 		// Redirects on the long client are followed by go-redis's loop
 		// (process, batch); a cycle ends typed there too, not as the raw
 		// MOVED the loop gives up with.
-		cc.AddHook(divergenceHook{c})
+		cc.AddHook(divergenceHook{c.div})
 		return cc
 	}
 	// In Standalone and Sentinel mode build installs the node's guard on the

@@ -30,7 +30,7 @@ func TestPipelineLeftoverRedirectEndsAsSlotMapCorruption(t *testing.T) {
 			redirected.SetErr(redisErr(tt.redirect))
 			wrongType := redis.NewStringCmd(ctx, "get", "c")
 			wrongType.SetErr(redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"))
-			hook := divergenceHook{c}.ProcessPipelineHook(func(context.Context, []redis.Cmder) error {
+			hook := divergenceHook{c.div}.ProcessPipelineHook(func(context.Context, []redis.Cmder) error {
 				return redirected.Err() // go-redis returns the first command error
 			})
 
@@ -57,7 +57,7 @@ func TestPipelineWithoutRedirectUntouched(t *testing.T) {
 	cmd := redis.NewStringCmd(ctx, "get", "a")
 	cmd.SetErr(reply)
 	for _, want := range []error{nil, redis.Nil, reply} {
-		hook := divergenceHook{c}.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return want })
+		hook := divergenceHook{c.div}.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return want })
 		assert.Equal(t, want, hook(ctx, []redis.Cmder{cmd}))
 	}
 	assert.Equal(t, reply, cmd.Err())

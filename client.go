@@ -30,7 +30,7 @@ type Client struct {
 	probeOpt *redis.Options  // the node handshake recovery probes use; Addr set per probe
 	sentinel *sentinelMaster // the master's address (Sentinel mode); nil otherwise
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
-	div      divergence      // redirect-cycle decisions (divergence.go); zero value ready
+	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
 
 	closeOnce sync.Once
@@ -63,6 +63,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	if resolved.Mode == ModeCluster {
 		c.topo = newTopology(c.core)
 	}
+	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c)
 	c.UniversalClient = c.build(resolved.MaxConnections)
 	c.UniversalClient.AddHook(facadeHook{c})
@@ -74,8 +75,10 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.UniversalClient.AddHook(subscriptionBudget{c.adm})
 	}
 	if c.topo != nil {
-		c.UniversalClient.AddHook(divergenceHook{c}) // inside the facade: sees go-redis's final error
-		c.topo.attach(c.UniversalClient.(*redis.ClusterClient))
+		cc := c.UniversalClient.(*redis.ClusterClient)
+		c.div.cluster = cc
+		cc.AddHook(divergenceHook{c.div}) // inside the facade: sees go-redis's final error
+		c.topo.attach(cc)
 	}
 	return c, nil
 }

@@ -480,7 +480,7 @@ func TestDivergenceHealthyPathAllocatesNothing(t *testing.T) {
 		{"error reply", redisErr("WRONGTYPE Operation against a key holding the wrong kind of value")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			hook := divergenceHook{c}.ProcessHook(func(context.Context, redis.Cmder) error { return tt.err })
+			hook := divergenceHook{c.div}.ProcessHook(func(context.Context, redis.Cmder) error { return tt.err })
 			allocs := testing.AllocsPerRun(1000, func() {
 				if err := hook(ctx, cmd); err != tt.err {
 					t.Fatalf("hook returned %v, want %v", err, tt.err)
@@ -496,7 +496,7 @@ func TestDivergenceHealthyPathAllocatesNothing(t *testing.T) {
 func TestDivergenceOnlyInClusterMode(t *testing.T) {
 	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}})
 	moved := redisErr("MOVED 1 h:1")
-	assert.Equal(t, moved, c.resolveRedirect(context.Background(), redis.NewStringCmd(context.Background(), "get", "k"), moved, nil))
+	assert.Equal(t, moved, c.div.resolveRedirect(context.Background(), redis.NewStringCmd(context.Background(), "get", "k"), moved, nil))
 }
 
 func TestDivergenceViewCandidates(t *testing.T) {
@@ -547,7 +547,7 @@ func TestDivergenceViewCandidates(t *testing.T) {
 				}
 				require.Equal(t, breaker.Open, n.br.State())
 			}
-			assert.Equal(t, tt.want, c.viewCandidates(tt.slot, tt.target, tt.clients))
+			assert.Equal(t, tt.want, c.div.viewCandidates(tt.slot, tt.target, tt.clients))
 		})
 	}
 }
@@ -558,9 +558,9 @@ func TestDivergenceAnswersUnknownNodes(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: []string{srv.Addr}, ReadTimeout: time.Second, DialTimeout: time.Second})
 	ctx := testCtx(t, 10*time.Second)
-	assert.True(t, c.answers(ctx, nil, srv.Addr))
+	assert.True(t, c.div.answers(ctx, nil, srv.Addr))
 	srv.Kill(t)
-	assert.False(t, c.answers(ctx, nil, srv.Addr))
+	assert.False(t, c.div.answers(ctx, nil, srv.Addr))
 }
 
 // cycle points the owner of key's slot at another master with CLUSTER

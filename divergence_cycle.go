@@ -16,8 +16,8 @@ import (
 
 // This file is the mechanism behind divergence.go's policy: a hook that
 // catches commands ending in a redirect, the loop that gathers views (see
-// slotview.go), decides, and backs off and retries or raises, and the
-// per-slot state that the commands on one slot share.
+// divergence_views.go), decides, and backs off and retries or raises, and
+// the per-slot state that the commands on one slot share.
 
 // forceEvery spaces the forced slot-map refreshes that waiting commands ask
 // for; in between they only trigger the rate-limited one.
@@ -26,7 +26,7 @@ const forceEvery = 100 * time.Millisecond
 // divergenceHook is installed on the cluster client just inside the facade,
 // so it sees each command's final error from go-redis's redirect loop, and
 // next is that loop: a retry spends a fresh redirect budget.
-type divergenceHook struct{ c *Client }
+type divergenceHook struct{ d *divergence }
 
 func (h divergenceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -35,23 +35,22 @@ func (h divergenceHook) DialHook(next redis.DialHook) redis.DialHook { return ne
 // a command still redirected to the caller as a raw reply. A batch cannot be
 // retried command by command without breaking its order, or a transaction's
 // atomicity, so such a command ends as ErrSlotMapCorruption and the map is
-// refreshed at once: it sent the command to the wrong node. (Found by the
-// chaos soak, during failovers.)
+// refreshed at once: it sent the command to the wrong node.
 func (h divergenceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	c := h.c
+	d := h.d
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		if err == nil || err == redis.Nil {
 			return err
 		}
-		return c.endPipelineRedirects(cmds, err)
+		return d.endPipelineRedirects(cmds, err)
 	}
 }
 
 // endPipelineRedirects replaces each redirect left in cmds with
 // ErrSlotMapCorruption, forcing one refresh, and returns err, or the first
 // command's new error if err was a redirect itself.
-func (c *Client) endPipelineRedirects(cmds []redis.Cmder, err error) error {
+func (d *divergence) endPipelineRedirects(cmds []redis.Cmder, err error) error {
 	var first error
 	for _, cmd := range cmds {
 		slot, _, ok := redirectOf(cmd.Err())
@@ -59,13 +58,13 @@ func (c *Client) endPipelineRedirects(cmds []redis.Cmder, err error) error {
 			continue
 		}
 		cerr := fmt.Errorf("%w: slot %d: still redirected after %d redirects in a pipeline (%v); slot map refresh forced",
-			ErrSlotMapCorruption, slot, c.cfg.MaxRedirects, cmd.Err())
+			ErrSlotMapCorruption, slot, d.k.cfg.MaxRedirects, cmd.Err())
 		cmd.SetErr(cerr)
 		if first == nil {
 			first = cerr
-			c.div.corruptions.Add(1)
-			c.topo.force()
-			c.report(slot, decision{verdict: corruption}, nil, cerr)
+			d.corruptions.Add(1)
+			d.topo.force()
+			d.report(slot, decision{verdict: corruption}, nil, cerr)
 		}
 	}
 	if _, _, ok := redirectOf(err); ok && first != nil {
@@ -75,13 +74,13 @@ func (c *Client) endPipelineRedirects(cmds []redis.Cmder, err error) error {
 }
 
 func (h divergenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c := h.c
+	d := h.d
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if err == nil || err == redis.Nil {
 			return err
 		}
-		return c.resolveRedirect(ctx, cmd, err, next)
+		return d.resolveRedirect(ctx, cmd, err, next)
 	}
 }
 
@@ -89,45 +88,46 @@ func (h divergenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // returns err itself unless err is a redirect left over in Cluster mode, in
 // which case it decides as described at the top of divergence.go. The healthy
 // path (nil, redis.Nil) allocates nothing.
-func (c *Client) resolveRedirect(ctx context.Context, cmd redis.Cmder, err error, next redis.ProcessHook) error {
-	if c.topo == nil || err == nil || err == redis.Nil {
+func (d *divergence) resolveRedirect(ctx context.Context, cmd redis.Cmder, err error, next redis.ProcessHook) error {
+	if d.topo == nil || err == nil || err == redis.Nil {
 		return err
 	}
 	slot, target, ok := redirectOf(err)
 	if !ok {
 		return err
 	}
-	return c.div.resolve(ctx, c, cmd, slot, target, next)
+	return d.resolve(ctx, cmd, slot, target, next)
 }
 
 // resolve gathers views, decides, and either raises or backs off and retries
 // the command, until the command is answered or a raise. Every raise comes
 // within ClusterNodeTimeout plus one ReadTimeout of the call, in wall time
 // whatever the injected clock says; a ctx that ends first wins.
-func (d *divergence) resolve(ctx context.Context, c *Client, cmd redis.Cmder, slot int, target string, next redis.ProcessHook) error {
+func (d *divergence) resolve(ctx context.Context, cmd redis.Cmder, slot int, target string, next redis.ProcessHook) error {
+	c := d.k
 	nodeTimeout := c.cfg.ClusterNodeTimeout
 	hardStop := time.Now().Add(nodeTimeout + c.cfg.ReadTimeout)
 	for {
 		first := d.observe(slot, c.clock.Now(), nodeTimeout)
 		views, err := d.views(ctx, slot, func(ctx context.Context) []slotView {
-			return c.gatherViews(ctx, slot, target)
+			return d.gatherViews(ctx, slot, target)
 		})
 		if err != nil {
 			return err
 		}
 		dec := decide(views, first, c.clock.Now(), nodeTimeout)
 		if dec.verdict == converging && time.Until(hardStop) <= 0 {
-			return d.raise(c, slot, dec.expire(), views)
+			return d.raise(slot, dec.expire(), views)
 		}
 		if dec.verdict != converging {
-			return d.raise(c, slot, dec, views)
+			return d.raise(slot, dec, views)
 		}
 		d.waits.Add(1)
-		c.report(slot, dec, views, nil)
+		d.report(slot, dec, views, nil)
 		if err := sleep(ctx, min(dec.backoff, time.Until(hardStop))); err != nil {
 			return err
 		}
-		d.refresh(c)
+		d.refresh()
 		rctx, cancel := context.WithDeadline(ctx, hardStop)
 		err = next(rctx, cmd)
 		cut := rctx.Err() != nil
@@ -142,7 +142,7 @@ func (d *divergence) resolve(ctx context.Context, c *Client, cmd redis.Cmder, sl
 		if cut {
 			// Our own bound cut the retry short, not the caller's.
 			dec.elapsed = max(c.clock.Now().Sub(first), 0)
-			return d.raise(c, slot, dec.expire(), views)
+			return d.raise(slot, dec.expire(), views)
 		}
 		if err == nil || err == redis.Nil || isRedisReply(err) {
 			d.recovered.Add(1)
@@ -154,22 +154,31 @@ func (d *divergence) resolve(ctx context.Context, c *Client, cmd redis.Cmder, sl
 
 // raise ends a command with dec's error, counting and reporting it. A
 // corrupt map is refreshed at once, past the rate limit: it is known wrong.
-func (d *divergence) raise(c *Client, slot int, dec decision, views []slotView) error {
+func (d *divergence) raise(slot int, dec decision, views []slotView) error {
 	if dec.verdict == corruption {
 		d.corruptions.Add(1)
 		d.end(slot)
-		c.topo.force()
+		d.topo.force()
 	} else {
 		d.failovers.Add(1)
 	}
-	err := dec.err(slot, c.cfg.ClusterNodeTimeout)
-	c.report(slot, dec, views, err)
+	err := dec.err(slot, d.k.cfg.ClusterNodeTimeout)
+	d.report(slot, dec, views, err)
 	return err
 }
 
-// divergence holds the per-slot state of redirect-cycle handling. The zero
-// value is ready; maps are created on first use.
+// divergence decides what a command that ends in a redirect cycle gets
+// (Cluster mode), and holds the per-slot state that commands on one slot
+// share. Maps are created on first use.
 type divergence struct {
+	k     *core
+	topo  *topology // the slot map it reads and refreshes; nil outside Cluster mode
+	nodes *nodeSet  // whose breakers say which nodes are worth asking
+	// cluster is the ordinary cluster client, whose node clients the views
+	// are gathered through; set once it is built, before any command.
+	cluster *redis.ClusterClient
+	probe   *redis.Options // handshake for a one-off PING to a node the client has no client for
+
 	mu       sync.Mutex
 	episodes map[int]*episode    // guarded by mu; by slot
 	flights  map[int]*viewFlight // guarded by mu; the view gather in flight, by slot
@@ -262,14 +271,14 @@ func (d *divergence) views(ctx context.Context, slot int, gather func(context.Co
 
 // refresh asks for a new slot map. The first waiter in forceEvery forces one
 // past the rate limit (the map may be the problem); the rest only trigger.
-func (d *divergence) refresh(c *Client) {
-	now := c.clock.Now().UnixNano()
+func (d *divergence) refresh() {
+	now := d.k.clock.Now().UnixNano()
 	last := d.lastForce.Load()
 	if now-last >= int64(forceEvery) && d.lastForce.CompareAndSwap(last, now) {
-		c.topo.force()
+		d.topo.force()
 		return
 	}
-	c.topo.trigger()
+	d.topo.trigger()
 }
 
 // sleep waits d or until ctx ends, and then returns ctx's error unchanged.
@@ -308,7 +317,7 @@ func redirectOf(err error) (slot int, addr string, ok bool) {
 
 // report logs and delivers one decision (EventDivergence) with the views it
 // was based on; err is what the command fails with, if it does.
-func (c *Client) report(slot int, dec decision, views []slotView, err error) {
+func (d *divergence) report(slot int, dec decision, views []slotView, err error) {
 	e := Event{Kind: EventDivergence, Slot: slot, Decision: dec.verdict.String(), Duration: dec.elapsed}
 	for _, cl := range dec.claimants {
 		if cl.id != "" {
@@ -319,7 +328,7 @@ func (c *Client) report(slot int, dec decision, views []slotView, err error) {
 	if err != nil {
 		e.Err = err.Error()
 	}
-	c.emit(e,
+	d.k.emit(e,
 		slog.Duration("backoff", dec.backoff),
 		slog.String("views", fmtViews(views)),
 		slog.String("claimants", fmtClaimants(dec.claimants)))

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/redisguard/redisguard/internal/breaker"
@@ -35,11 +34,11 @@ type slotView struct {
 // ReadTimeout, and every goroutine has finished when it returns. A node that
 // does not answer gives no view. target is the address the last redirect
 // pointed to: it claims something, so it is asked first.
-func (c *Client) gatherViews(ctx context.Context, slot int, target string) []slotView {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+func (d *divergence) gatherViews(ctx context.Context, slot int, target string) []slotView {
+	ctx, cancel := context.WithTimeout(ctx, d.k.cfg.ReadTimeout)
 	defer cancel()
-	clients := c.nodeClients(ctx)
-	asked := c.viewCandidates(slot, target, clients)
+	clients := d.nodeClients(ctx)
+	asked := d.viewCandidates(slot, target, clients)
 	views := make([]slotView, len(asked))
 	got := make([]bool, len(asked))
 	var g errgroup.Group
@@ -56,7 +55,7 @@ func (c *Client) gatherViews(ctx context.Context, slot int, target string) []slo
 			// A node naming itself has just answered; any other owner is
 			// pinged from this goroutine, so a slow node delays only its
 			// own view.
-			v.reachable = self || (v.owner != "" && c.answers(ctx, clients, v.ownerAddr))
+			v.reachable = self || (v.owner != "" && d.answers(ctx, clients, v.ownerAddr))
 			views[i], got[i] = v, true
 			return nil
 		})
@@ -73,9 +72,9 @@ func (c *Client) gatherViews(ctx context.Context, slot int, target string) []slo
 
 // nodeClients returns the cluster client's node clients by address.
 // ForEachShard is the exported way to reach them; its callbacks only record.
-func (c *Client) nodeClients(ctx context.Context) map[string]*redis.Client {
-	cc, ok := c.UniversalClient.(*redis.ClusterClient)
-	if !ok {
+func (d *divergence) nodeClients(ctx context.Context) map[string]*redis.Client {
+	cc := d.cluster
+	if cc == nil {
 		return nil
 	}
 	var mu sync.Mutex
@@ -93,9 +92,9 @@ func (c *Client) nodeClients(ctx context.Context) map[string]*redis.Client {
 // slot's owner in the last map, the other masters, then replicas; it keeps
 // the first maxViews that have a client and a closed breaker (a half-open
 // node's single probe is not spent on this).
-func (c *Client) viewCandidates(slot int, target string, clients map[string]*redis.Client) []string {
+func (d *divergence) viewCandidates(slot int, target string, clients map[string]*redis.Client) []string {
 	order := []string{target}
-	slots := c.topo.lastSlots()
+	slots := d.topo.lastSlots()
 	for _, r := range slots {
 		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
 			order = append(order, r.Nodes[0].Addr)
@@ -126,7 +125,7 @@ func (c *Client) viewCandidates(slot int, target string, clients map[string]*red
 		if _, ok := clients[addr]; !ok || slices.Contains(out, addr) {
 			continue
 		}
-		if c.nodes.get(addr).br.State() != breaker.Closed {
+		if d.nodes.get(addr).br.State() != breaker.Closed {
 			continue
 		}
 		out = append(out, addr)
@@ -141,36 +140,17 @@ func (c *Client) viewCandidates(slot int, target string, clients map[string]*red
 // doubt counts as reachable: a full pool means our connections to the node
 // are busy, not that it is gone. An open breaker fails the PING at once,
 // which is right: the node has been failing.
-func (c *Client) answers(ctx context.Context, clients map[string]*redis.Client, addr string) bool {
-	cl, ok := clients[addr]
-	if !ok {
+func (d *divergence) answers(ctx context.Context, clients map[string]*redis.Client, addr string) bool {
+	var err error
+	if cl, ok := clients[addr]; ok {
+		err = cl.Ping(ctx).Err()
+	} else {
 		// Named by some node but absent from our map (e.g. a failed node
-		// CLUSTER SLOTS leaves out): a one-off client, closed before return.
-		cl = redis.NewClient(c.probeOptions(addr))
-		defer cl.Close()
+		// CLUSTER SLOTS leaves out): one PING on a connection of its own,
+		// as a recovery probe is sent.
+		_, err = probeAddr(ctx, d.probe, addr, d.k.cfg.ReadTimeout, "ping")
 	}
-	err := cl.Ping(ctx).Err()
 	return err == nil || isRedisReply(err) || errors.Is(err, ErrPoolExhausted)
-}
-
-// probeOptions configures a one-off client for a single PING.
-func (c *Client) probeOptions(addr string) *redis.Options {
-	cfg := c.cfg
-	return &redis.Options{
-		Addr:                     addr,
-		Username:                 cfg.Username,
-		Password:                 cfg.Password,
-		TLSConfig:                cfg.TLSConfig,
-		DialTimeout:              cfg.DialTimeout,
-		DialerRetries:            1,
-		ReadTimeout:              cfg.ReadTimeout,
-		WriteTimeout:             cfg.WriteTimeout,
-		PoolSize:                 1,
-		MaxRetries:               -1,
-		ContextTimeoutEnabled:    true,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	}
 }
 
 // viewOf reads from's view of slot out of its CLUSTER NODES reply, one line
