@@ -344,16 +344,6 @@ func afterToken(args []interface{}, from int, token string) int {
 	return 0
 }
 
-// isRedirect reports whether err is a MOVED or ASK reply.
-func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	_, moved := redis.IsMovedError(err)
-	_, ask := redis.IsAskError(err)
-	return moved || ask
-}
-
 // holdingErr explains why a holding command cannot run as sent.
 func holdingErr(cmd redis.Cmder) error {
 	if strings.EqualFold(cmd.Name(), "monitor") {

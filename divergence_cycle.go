@@ -2,11 +2,8 @@ package redisguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,26 +291,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
-// redirectOf parses a MOVED or ASK reply: "MOVED 3999 127.0.0.1:6381".
-func redirectOf(err error) (slot int, addr string, ok bool) {
-	if err == nil {
-		return 0, "", false
-	}
-	re, ok := errors.AsType[redis.Error](err)
-	if !ok {
-		return 0, "", false
-	}
-	kind, rest, _ := strings.Cut(re.Error(), " ")
-	if kind != "MOVED" && kind != "ASK" {
-		return 0, "", false
-	}
-	s, addr, _ := strings.Cut(rest, " ")
-	slot, perr := strconv.Atoi(s)
-	if perr != nil || slot < 0 || slot >= 16384 || addr == "" {
-		return 0, "", false
-	}
-	return slot, addr, true
-}
 
 // report logs and delivers one decision (EventDivergence) with the views it
 // was based on; err is what the command fails with, if it does.

@@ -2,7 +2,10 @@ package redisguard
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The sentinel errors below are what redisguard adds to go-redis's own error
@@ -70,3 +73,30 @@ func (e *NodeError) Error() string {
 }
 
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// redirectOf parses a MOVED or ASK reply: "MOVED 3999 127.0.0.1:6381".
+func redirectOf(err error) (slot int, addr string, ok bool) {
+	if err == nil {
+		return 0, "", false
+	}
+	re, ok := errors.AsType[redis.Error](err)
+	if !ok {
+		return 0, "", false
+	}
+	kind, rest, _ := strings.Cut(re.Error(), " ")
+	if kind != "MOVED" && kind != "ASK" {
+		return 0, "", false
+	}
+	s, addr, _ := strings.Cut(rest, " ")
+	slot, perr := strconv.Atoi(s)
+	if perr != nil || slot < 0 || slot >= 16384 || addr == "" {
+		return 0, "", false
+	}
+	return slot, addr, true
+}
+
+// isRedirect reports whether err is a MOVED or ASK reply.
+func isRedirect(err error) bool {
+	_, _, ok := redirectOf(err)
+	return ok
+}

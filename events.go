@@ -242,7 +242,7 @@ func (c *core) stamp(e Event) Event {
 		e.Time = c.clock.Now()
 	}
 	if e.Err != "" {
-		e.Err = redactSecrets(e.Err, c.cfg.Password, c.cfg.SentinelPassword)
+		e.Err = c.redact(e.Err)
 	}
 	return e
 }
@@ -277,11 +277,12 @@ func (c *core) deliver(e Event) {
 	f(e)
 }
 
-// redactSecrets removes every non-empty secret from text. go-redis does
-// not put passwords in its errors, but a server's reply or a future version
-// might quote one; an event is often shipped off the host.
-func redactSecrets(text string, secrets ...string) string {
-	for _, s := range secrets {
+// redact removes the configured passwords from text: events, logs and
+// health reports are often shipped off the host. go-redis does not put
+// passwords in its errors, but a server's reply or a future version might
+// quote one.
+func (c *core) redact(text string) string {
+	for _, s := range []string{c.cfg.Password, c.cfg.SentinelPassword} {
 		if s != "" {
 			text = strings.ReplaceAll(text, s, "[redacted]")
 		}

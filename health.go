@@ -205,7 +205,7 @@ func (c *Client) roundTrip(ctx context.Context, node string, send func(context.C
 	err := send(ctx, oneShot{cmd})
 	res := &StepResult{Node: node, Latency: time.Since(start)}
 	if err != nil {
-		if isMovedOrAsk(err) && c.topo != nil {
+		if isRedirect(err) && c.topo != nil {
 			// Our slot map is stale: the next check should find the owner.
 			c.topo.trigger()
 		}
@@ -353,28 +353,6 @@ func (r Report) String() string {
 		b.WriteString("nothing checked")
 	}
 	return b.String()
-}
-
-// redact removes the configured passwords from text. go-redis's error texts
-// quote server replies and addresses, not credentials, but a report goes to
-// HTTP clients and logs, so it is scrubbed rather than trusted.
-func (c *Client) redact(text string) string {
-	for _, secret := range []string{c.cfg.Password, c.cfg.SentinelPassword} {
-		if secret != "" {
-			text = strings.ReplaceAll(text, secret, "[redacted]")
-		}
-	}
-	return text
-}
-
-// isMovedOrAsk reports whether err is a cluster redirect reply.
-func isMovedOrAsk(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // infoField returns the value of field in INFO-style "field:value" text.
