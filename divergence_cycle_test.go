@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Found by the chaos soak: during failovers, a pipelined command that still
-// ended in MOVED after go-redis's redirects reached the caller raw. What the
-// pipeline loop leaves redirected now ends as ErrSlotMapCorruption, with a
-// forced refresh; the batch's other outcomes are left as they are.
+// A pipelined command that still ends in MOVED after go-redis's redirects
+// (during failovers) does not reach the caller raw: what the pipeline loop
+// leaves redirected ends as ErrSlotMapCorruption, with a forced refresh; the
+// batch's other outcomes are left as they are.
 func TestPipelineLeftoverRedirectEndsAsSlotMapCorruption(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
