@@ -220,3 +220,54 @@ func isGuardError(err error) bool {
 	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption)
 }
+
+// ForEachMaster calls fn for each master concurrently, as go-redis's
+// ClusterClient.ForEachMaster does, and returns the first error. In Cluster
+// mode fn gets the cluster's node clients, which carry the node breakers: a
+// command for a node whose breaker is open fails at once with
+// ErrNodeUnavailable. In Standalone and Sentinel mode fn gets the client's
+// own go-redis client (the server, or the current master), once. fn's
+// commands go straight to the node: a blocking command sent there is not
+// counted against MaxLongConnections.
+func (c *Client) ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
+	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachMaster, true)
+}
+
+// ForEachShard calls fn for each node, masters and replicas, concurrently;
+// see ForEachMaster. Outside Cluster mode it calls fn once, as ForEachMaster.
+func (c *Client) ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
+	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachShard, true)
+}
+
+// ForEachSlave calls fn for each replica concurrently; see ForEachMaster.
+// Outside Cluster mode there are none the client talks to, and fn is not
+// called.
+func (c *Client) ForEachSlave(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
+	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachSlave, false)
+}
+
+func (c *Client) forEach(ctx context.Context, fn func(context.Context, *redis.Client) error,
+	cluster func(*redis.ClusterClient, context.Context, func(context.Context, *redis.Client) error) error, master bool) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	var err error
+	switch cl := c.UniversalClient.(type) {
+	case *redis.ClusterClient:
+		err = cluster(cl, ctx, fn)
+	case *redis.Client:
+		if master {
+			err = fn(ctx, cl)
+		}
+	}
+	return c.translate(ctx, err)
+}
+
+// ClusterClient returns the go-redis cluster client the Client runs in
+// Cluster mode, with redisguard's hooks installed, for what the Client does
+// not cover; nil in the other modes. The embedded UniversalClient is the same
+// go-redis client in every mode.
+func (c *Client) ClusterClient() *redis.ClusterClient {
+	cc, _ := c.UniversalClient.(*redis.ClusterClient)
+	return cc
+}

@@ -382,3 +382,58 @@ func (g gaveUp) Watch(context.Context, func(*redis.Tx) error, ...string) error {
 	}
 	return nil
 }
+
+// The cluster-wide helpers of *redis.ClusterClient work on *Client, through
+// the node breakers; outside Cluster mode they visit the one master.
+func TestForEachNode(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+		c := newTestClient(t, Config{Addrs: cl.Addrs(), NodeFailureThreshold: 1, ReadTimeout: 500 * time.Millisecond})
+		ctx := testCtx(t, 30*time.Second)
+		count := func(each func(context.Context, func(context.Context, *redis.Client) error) error) (int, error) {
+			var mu sync.Mutex
+			n := 0
+			err := each(ctx, func(ctx context.Context, node *redis.Client) error {
+				mu.Lock()
+				n++
+				mu.Unlock()
+				return node.Ping(ctx).Err()
+			})
+			return n, err
+		}
+		masters, err := count(c.ForEachMaster)
+		require.NoError(t, err)
+		assert.Equal(t, 3, masters)
+		replicas, err := count(c.ForEachSlave)
+		require.NoError(t, err)
+		assert.Equal(t, 3, replicas)
+		shards, err := count(c.ForEachShard)
+		require.NoError(t, err)
+		assert.Equal(t, 6, shards)
+		require.NotNil(t, c.ClusterClient())
+
+		// A dead master's node client answers through its breaker.
+		cl.Masters[0].Kill(t)
+		require.Error(t, c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return node.Ping(ctx).Err() }))
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return node.Ping(ctx).Err() })
+		assert.ErrorIs(t, err, ErrNodeUnavailable)
+	})
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+		ctx := testCtx(t, 10*time.Second)
+		var got []string
+		require.NoError(t, c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			got = append(got, node.Options().Addr)
+			return node.Set(ctx, "each", "v", 0).Err()
+		}))
+		assert.Equal(t, []string{srv.Addr}, got)
+		require.NoError(t, c.ForEachSlave(ctx, func(context.Context, *redis.Client) error {
+			t.Error("a replica visited in Standalone mode")
+			return nil
+		}))
+		assert.Nil(t, c.ClusterClient())
+		require.NoError(t, c.Close())
+		assert.ErrorIs(t, c.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil }), ErrClosed)
+	})
+}
