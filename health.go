@@ -23,15 +23,29 @@ type CheckOptions struct {
 	// proves only the slot the key hashes to.
 	// default: "" (no write)
 	WriteKey string
+
+	// RequireAllShards makes an open breaker on any master of the slot map
+	// fail the check (Cluster mode). By default it only marks the report
+	// Degraded: a service whose write key's shard takes the write can do
+	// its work, and failing readiness on every pod because one master of
+	// several is down would turn a partial outage into a total one. Set it
+	// for a service that needs every shard to do anything.
+	// default: false
+	RequireAllShards bool
 }
 
 // Report is the outcome of Check: the verdict, each step with its latency
 // and error, and every node's breaker. It marshals to JSON for readiness
 // handlers and logs, and never contains a password.
 type Report struct {
-	// Healthy is true when every step that applies succeeded.
-	Healthy bool   `json:"healthy"`
-	Mode    string `json:"mode"` // "standalone", "sentinel" or "cluster"
+	// Healthy is true when every step that applies succeeded. The Breakers
+	// step applies only with CheckOptions.RequireAllShards.
+	Healthy bool `json:"healthy"`
+	// Degraded is true when the check passed but a master's breaker is open
+	// (Breakers failed without RequireAllShards): the write key's shard
+	// serves, another does not.
+	Degraded bool   `json:"degraded,omitempty"`
+	Mode     string `json:"mode"` // "standalone", "sentinel" or "cluster"
 
 	// CheckedAt is when the check started, read from the client's clock.
 	CheckedAt time.Time `json:"checked_at"`
@@ -68,8 +82,8 @@ type StepResult struct {
 // Healthy reports whether the client can do its work now. With an empty
 // writeKey it sends one PING; otherwise a PING and then
 // SET writeKey <token> PX HealthWriteTTL. In Cluster mode it also requires
-// cluster_state:ok and no open master breaker (see Check for exactly what
-// each mode checks). Pass a key that nobody would take for data, such as
+// cluster_state:ok from the write key's master; an open breaker on another
+// master does not fail it (see Check and CheckOptions.RequireAllShards). Pass a key that nobody would take for data, such as
 // "redisguard:health:<service>".
 //
 // Any error gives false: a connection error or timeout, an OOM or READONLY
@@ -91,10 +105,11 @@ func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
 //   - Cluster: PING the master that owns the write key's slot (without a
 //     write key, the master of a random slot); read CLUSTER INFO from that
 //     same node and require cluster_state:ok; with a write key, SET it
-//     there; and require that no master in the last slot map has an open
-//     breaker. The write proves only the slot the key hashes to;
-//     cluster_state:ok says the cluster serves every slot, and the breakers
-//     say whether this client can reach every master. A MOVED reply (a stale
+//     there; and report whether any master in the last slot map has an
+//     open breaker (Degraded, or a failure with RequireAllShards). The
+//     write proves only the slot the key hashes to; cluster_state:ok says
+//     the cluster serves every slot, and the breakers say whether this
+//     client can reach every master. A MOVED reply (a stale
 //     slot map) fails the check and refreshes the map for the next one.
 //
 // Each network step is one round trip and is never retried (see oneShot).
@@ -112,7 +127,7 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 		if p := recover(); p != nil {
 			rep.Ping = &StepResult{Error: c.redact(fmt.Sprintf("panic during health check: %v", p))}
 		}
-		rep.Healthy = rep.verdict()
+		rep.judge(opts.RequireAllShards)
 		rep.Duration = time.Since(start)
 		rep.Nodes = c.Stats().Nodes
 	}()
@@ -285,9 +300,20 @@ type oneShot struct{ *redis.Cmd }
 
 func (oneShot) NoRetry() bool { return true }
 
-// verdict is true when every step that applies succeeded.
-func (r *Report) verdict() bool {
-	for _, s := range []*StepResult{r.Ping, r.ClusterState, r.Write, r.Breakers} {
+// judge sets Healthy and Degraded from the steps.
+func (r *Report) judge(allShards bool) {
+	r.Healthy = r.verdict(allShards)
+	r.Degraded = r.Healthy && r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped
+}
+
+// verdict is true when every step that applies succeeded; the breakers step
+// applies when every shard is required.
+func (r *Report) verdict(allShards bool) bool {
+	steps := []*StepResult{r.Ping, r.ClusterState, r.Write}
+	if allShards {
+		steps = append(steps, r.Breakers)
+	}
+	for _, s := range steps {
 		if s != nil && !s.OK {
 			return false
 		}
@@ -316,7 +342,9 @@ func (r Report) String() string {
 		s    *StepResult
 	}{{"ping", r.Ping}, {"cluster_state", r.ClusterState}, {"write", r.Write}, {"breakers", r.Breakers}}
 	var b strings.Builder
-	if r.Healthy {
+	if r.Degraded {
+		b.WriteString("degraded (")
+	} else if r.Healthy {
 		b.WriteString("healthy (")
 	} else {
 		b.WriteString("unhealthy (")

@@ -44,6 +44,12 @@ type ReadinessOptions struct {
 	// negative selects the default.
 	// default: DefaultReadinessTimeout (800ms)
 	Timeout time.Duration
+
+	// RequireAllShards makes an open breaker on any master answer 503; by
+	// default it answers 200 with "degraded": true. See
+	// CheckOptions.RequireAllShards.
+	// default: false
+	RequireAllShards bool
 }
 
 // ReadinessHandler returns an http.Handler for a readiness endpoint. It
@@ -114,7 +120,7 @@ func (h *readiness) report(ctx context.Context) Report {
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.Timeout)
 		defer cancel()
-		rep := h.check(pctx, CheckOptions{WriteKey: h.opts.WriteKey})
+		rep := h.check(pctx, CheckOptions{WriteKey: h.opts.WriteKey, RequireAllShards: h.opts.RequireAllShards})
 		h.mu.Lock()
 		h.last = &rep
 		h.expires = h.clock.Now().Add(h.opts.CacheFor)

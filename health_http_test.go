@@ -255,3 +255,38 @@ func TestLivenessHandlerIgnoresRedis(t *testing.T) {
 	}
 	assert.Equal(t, pings, gate.pings.Load(), "liveness sent a command")
 }
+
+// One master of three hung, its breaker open: readiness stays 200, marked
+// degraded, for a pod whose write key lives on a healthy master, and is 503
+// for one whose key lives on the hung master, or that requires every shard.
+// Failing every pod on a partial outage would make it a total one.
+func TestReadinessInAPartialOutage(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), NodeFailureThreshold: 1, ReadTimeout: 300 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	sick, well := cl.Masters[2], cl.Masters[0]
+	sick.Pause(t)
+	require.Error(t, c.Get(ctx, cl.KeyOn(t, sick, "partial:")).Err())
+	require.Equal(t, "open", breakerState(c, sick.Addr))
+
+	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
+	for _, tt := range []struct {
+		name     string
+		opts     ReadinessOptions
+		status   int
+		degraded bool
+	}{
+		{"write key on a healthy master", ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:")}, http.StatusOK, true},
+		{"write key on the hung master", ReadinessOptions{WriteKey: cl.KeyOn(t, sick, "ready:")}, http.StatusServiceUnavailable, false},
+		{"every shard required", ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:"), RequireAllShards: true}, http.StatusServiceUnavailable, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, rep := get(t, c.ReadinessHandler(tt.opts), req)
+			assert.Equal(t, tt.status, status, "%v", rep)
+			assert.Equal(t, tt.degraded, rep.Degraded, "%v", rep)
+			if tt.degraded {
+				assert.Contains(t, rep.Breakers.Error, sick.Addr, "the report names the master that is out")
+			}
+		})
+	}
+}

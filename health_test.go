@@ -300,8 +300,9 @@ func TestCheckReportJSON(t *testing.T) {
 	assert.Contains(t, rep.String(), "healthy (standalone, "+srv.Addr+"): ping ")
 }
 
-// Acceptance 3: a cluster is healthy only while every slot is served and no
-// master's breaker is open; the write proves only its own slot.
+// A cluster is healthy while the write key's master takes the write; an open
+// breaker on another master makes it degraded (unhealthy only when every
+// shard is required); the write proves only its own slot.
 func TestCheckCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	c := newTestClient(t, Config{
@@ -311,7 +312,6 @@ func TestCheckCluster(t *testing.T) {
 		ReadTimeout:          healthTimeout,
 		WriteTimeout:         healthTimeout,
 		NodeFailureThreshold: 1,
-		NodeRecoveryTime:     time.Hour, // stays open for the whole test
 	})
 	ctx := testCtx(t, 60*time.Second)
 
@@ -338,20 +338,31 @@ func TestCheckCluster(t *testing.T) {
 		require.Error(t, err)
 		require.Equal(t, "open", breakerState(c, sick.Addr), "the sick master's breaker")
 
-		// The healthy master takes the write, yet the cluster cannot serve
-		// the sick master's slots: unhealthy, and the report says why.
+		// The healthy master takes the write: the service can do its work,
+		// degraded; the report says which master is out.
+		wellKey := cl.KeyOn(t, well, "redisguard:health:cluster:")
 		start := time.Now()
-		rep := c.Check(ctx, CheckOptions{WriteKey: cl.KeyOn(t, well, "redisguard:health:cluster:")})
+		rep := c.Check(ctx, CheckOptions{WriteKey: wellKey})
 		took := time.Since(start)
 		t.Logf("check with one master down took %v: %v", took, rep)
-		assert.False(t, rep.Healthy)
+		assert.True(t, rep.Healthy, "%v", rep)
+		assert.True(t, rep.Degraded, "%v", rep)
 		assert.True(t, rep.Write.OK, "the write to a healthy master succeeds")
 		assert.False(t, rep.Breakers.OK)
 		assert.Contains(t, rep.Breakers.Error, sick.Addr)
 		assert.LessOrEqual(t, took, hungBound)
+		assert.True(t, c.Healthy(ctx, wellKey))
 
+		// Every shard required: unhealthy.
+		rep = c.Check(ctx, CheckOptions{WriteKey: wellKey, RequireAllShards: true})
+		assert.False(t, rep.Healthy, "%v", rep)
+		assert.False(t, rep.Degraded)
+
+		// The write key on the sick master: unhealthy, at once.
 		start = time.Now()
-		assert.False(t, c.Healthy(ctx, ""))
+		rep = c.Check(ctx, CheckOptions{WriteKey: cl.KeyOn(t, sick, "redisguard:health:cluster:")})
+		assert.False(t, rep.Healthy, "%v", rep)
+		assert.Contains(t, rep.Ping.Error, "node unavailable")
 		assert.LessOrEqual(t, time.Since(start), hungBound)
 	})
 
@@ -406,6 +417,7 @@ func TestReportString(t *testing.T) {
 	ok := &StepResult{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond}
 	tests := []struct {
 		name string
+		all  bool // RequireAllShards
 		rep  Report
 		want string
 	}{
@@ -428,6 +440,13 @@ func TestReportString(t *testing.T) {
 			name: "cluster breaker open",
 			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok,
 				Breakers: &StepResult{Error: "breaker open for master 10.0.0.6:6379"}},
+			want: "degraded (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, breakers failed: breaker open for master 10.0.0.6:6379",
+		},
+		{
+			name: "cluster breaker open, every shard required",
+			all:  true,
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok,
+				Breakers: &StepResult{Error: "breaker open for master 10.0.0.6:6379"}},
 			want: "unhealthy (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, breakers failed: breaker open for master 10.0.0.6:6379",
 		},
 		{
@@ -443,7 +462,7 @@ func TestReportString(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.rep.Healthy = tt.rep.verdict()
+			tt.rep.judge(tt.all)
 			assert.Equal(t, tt.want, tt.rep.String())
 		})
 	}
