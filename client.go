@@ -33,15 +33,21 @@ type Client struct {
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
 
+	// undetected is why the first contact failed, when ModeAuto could not
+	// tell a cluster node from a standalone server; nil otherwise.
+	undetected error
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var _ redis.UniversalClient = (*Client)(nil)
 
-// NewClient checks cfg and builds the go-redis client it describes. It opens
-// no connection: the first command dials. To fail fast at start-up on an
-// unreachable server, Ping once:
+// NewClient checks cfg and builds the go-redis client it describes. With
+// ModeAuto and one address it asks that server once whether it is a cluster
+// node (see ModeAuto), waiting at most a second for each step; otherwise it
+// opens no connection and the first command dials. To fail fast at start-up
+// on an unreachable server, Ping once:
 //
 //	if err := c.Ping(ctx).Err(); err != nil { ... }
 func NewClient(cfg Config) (*Client, error) {
@@ -56,6 +62,19 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	}
 	c := &Client{core: newCore(resolved, clk)}
 	c.probeOpt = c.options(1).Simple()
+	if resolved.Mode == ModeAuto {
+		mode, contact := detectMode(resolved, c.probeOpt)
+		if err := applyDetected(&resolved, mode); err != nil {
+			return nil, err
+		}
+		if contact != nil {
+			c.undetected = contact
+			c.log.Warn("redisguard: could not tell whether the server is a cluster node; running Standalone",
+				"addr", resolved.Addrs[0], "err", c.redact(contact.Error()))
+		}
+		c.core.cfg = resolved
+		c.probeOpt = c.options(1).Simple()
+	}
 	c.nodes = newNodeSet(c)
 	if resolved.Mode == ModeSentinel {
 		c.sentinel = newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
@@ -177,7 +196,13 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // translate maps what go-redis returns onto the documented error set. Redis
 // replies (including redis.Nil) pass through untouched: they are answers.
 func (c *Client) translate(ctx context.Context, err error) error {
-	if err == nil || err == redis.Nil || isRedisReply(err) {
+	if err == nil || err == redis.Nil {
+		return err
+	}
+	if isRedisReply(err) {
+		if c.undetected != nil && isRedirect(err) {
+			return &undetectedError{addr: c.cfg.Addrs[0], contact: c.undetected, reply: err}
+		}
 		return err
 	}
 	if c.closed.Load() || errors.Is(err, redis.ErrClosed) {

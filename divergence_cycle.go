@@ -291,7 +291,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
-
 // report logs and delivers one decision (EventDivergence) with the views it
 // was based on; err is what the command fails with, if it does.
 func (d *divergence) report(slot int, dec decision, views []slotView, err error) {

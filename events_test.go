@@ -355,7 +355,7 @@ func TestEmitLevelsAndDetail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &eventLog{}
-			c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}, Password: password, OnEvent: rec.onEvent, Logger: rec.logger()})
+			c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}, Password: password, OnEvent: rec.onEvent, Logger: rec.logger()})
 			c.emit(tc.e, tc.extra...)
 			events, lines := rec.all()
 			require.Len(t, events, 1)

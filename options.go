@@ -15,7 +15,13 @@ type Mode int
 
 const (
 	// ModeAuto picks the mode from the other fields: MasterName set means
-	// Sentinel, more than one address means Cluster, otherwise Standalone.
+	// Sentinel, more than one address means Cluster. With one address
+	// NewClient asks the server once (INFO cluster, bounded by DialTimeout
+	// and at most a second) whether it is a cluster node, and runs as
+	// Cluster or Standalone accordingly; a Kubernetes Service in front of a
+	// cluster needs no other setting. If the server cannot be reached then,
+	// the client runs Standalone, and a MOVED reply later fails with an error
+	// that says the mode could not be told and to set Mode.
 	ModeAuto Mode = iota
 	// ModeStandalone talks to one server.
 	ModeStandalone
@@ -226,9 +232,8 @@ func (cfg *Config) validate() error {
 			cfg.Mode = ModeSentinel
 		case len(cfg.Addrs) > 1:
 			cfg.Mode = ModeCluster
-		default:
-			cfg.Mode = ModeStandalone
 		}
+		// One address stays ModeAuto: NewClient asks the server.
 	case ModeStandalone:
 		if len(cfg.Addrs) > 1 {
 			return invalid("Addrs", "has %d addresses; ModeStandalone takes exactly one", len(cfg.Addrs))

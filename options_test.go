@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func TestInvalidConfig(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	cfg, err := Config{Addrs: []string{"localhost:6379"}}.resolve()
 	require.NoError(t, err)
-	assert.Equal(t, ModeStandalone, cfg.Mode)
+	assert.Equal(t, ModeAuto, cfg.Mode, "one address: NewClient asks the server")
 	assert.Equal(t, DefaultDialTimeout, cfg.DialTimeout)
 	assert.Equal(t, DefaultReadTimeout, cfg.ReadTimeout)
 	assert.Equal(t, cfg.ReadTimeout, cfg.WriteTimeout)
@@ -99,13 +100,13 @@ func TestModeAuto(t *testing.T) {
 		cfg  Config
 		want Mode
 	}{
-		{Config{Addrs: []string{"a:1"}}, ModeStandalone},
+		{Config{Addrs: []string{"a:1"}}, ModeAuto}, // settled by NewClient (detect.go)
 		{Config{Addrs: []string{"a:1", "b:2"}}, ModeCluster},
 		{Config{Addrs: []string{"a:1"}, MasterName: "m"}, ModeSentinel},
 		{Config{Addrs: []string{"a:1", "b:2", "c:3"}, MasterName: "m"}, ModeSentinel},
 	}
 	for _, tt := range tests {
-		t.Run(tt.want.String(), func(t *testing.T) {
+		t.Run(tt.want.String()+"/"+strconv.Itoa(len(tt.cfg.Addrs)), func(t *testing.T) {
 			cfg, err := tt.cfg.resolve()
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, cfg.Mode)
@@ -122,8 +123,9 @@ func TestNewClientCopiesConfig(t *testing.T) {
 	assert.Equal(t, "localhost:1", c.cfg.Addrs[0])
 }
 
-// NewClient must not dial: services build clients at init time, before the
-// server may be up, and go-redis's constructors are lazy too.
+// NewClient must not dial with an explicit Mode: services build clients at
+// init time, before the server may be up, and go-redis's constructors are
+// lazy too. (ModeAuto with one address asks the server once; see detect.go.)
 func TestNewClientOpensNoSocket(t *testing.T) {
 	for _, mode := range []Mode{ModeStandalone, ModeCluster, ModeSentinel} {
 		t.Run(mode.String(), func(t *testing.T) {

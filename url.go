@@ -21,8 +21,9 @@ import (
 //	redis+cluster://[user[:password]@]host[:port][,host[:port]...][?params]
 //	rediss+cluster://...                                (TLS)
 //
-// The scheme sets Mode explicitly (ModeStandalone, ModeSentinel or
-// ModeCluster). The port defaults to 6379, or 26379 for sentinels; an IPv6
+// redis:// and rediss:// leave Mode to ModeAuto: one address, and the client
+// finds out on first contact whether it is a cluster node (see Mode). The
+// other schemes set Mode explicitly (ModeSentinel or ModeCluster). The port defaults to 6379, or 26379 for sentinels; an IPv6
 // address is written in brackets, [::1]:6379. The user name and password
 // always authenticate to the Redis servers that hold the data (Username,
 // Password), in every scheme: in a Sentinel URL they are the master's, unlike
@@ -94,8 +95,8 @@ type urlScheme struct {
 }
 
 var urlSchemes = map[string]urlScheme{
-	"redis":           {ModeStandalone, false, "6379"},
-	"rediss":          {ModeStandalone, true, "6379"},
+	"redis":           {ModeAuto, false, "6379"},
+	"rediss":          {ModeAuto, true, "6379"},
 	"redis+sentinel":  {ModeSentinel, false, "26379"},
 	"rediss+sentinel": {ModeSentinel, true, "26379"},
 	"redis+cluster":   {ModeCluster, false, "6379"},
@@ -164,7 +165,7 @@ func parseURL(s string) (Config, error) {
 	}
 	if scheme.tls {
 		cfg.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.Mode == ModeStandalone {
+		if cfg.Mode == ModeAuto {
 			cfg.TLSConfig.ServerName = firstHost
 		}
 	}
@@ -186,7 +187,7 @@ func parseHosts(cfg *Config, list string, scheme urlScheme) (string, error) {
 		return "", invalid("URL host", "is missing")
 	}
 	entries := strings.Split(list, ",")
-	if scheme.mode == ModeStandalone && len(entries) > 1 {
+	if scheme.mode == ModeAuto && len(entries) > 1 {
 		return "", invalid("URL host", "list has %d hosts; redis:// takes one (use redis+cluster:// or redis+sentinel:// for several)", len(entries))
 	}
 	var first string

@@ -27,49 +27,49 @@ var parseURLCases = []struct {
 	want Config
 }{
 	{"host only", "redis://localhost",
-		Config{Mode: ModeStandalone, Addrs: []string{"localhost:6379"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"localhost:6379"}}},
 	{"user, password, port and db", "redis://app:p%40ss:w%2Frd@cache.internal:6380/3",
-		Config{Mode: ModeStandalone, Addrs: []string{"cache.internal:6380"}, Username: "app", Password: "p@ss:w/rd", DB: 3}},
+		Config{Mode: ModeAuto, Addrs: []string{"cache.internal:6380"}, Username: "app", Password: "p@ss:w/rd", DB: 3}},
 	{"password only (requirepass)", "redis://:hunter22@h",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, Password: "hunter22"}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, Password: "hunter22"}},
 	{"user only", "redis://app@h",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, Username: "app"}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, Username: "app"}},
 	{"raw '@' and ':' in the password", "redis://u:a@b:c@h",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, Username: "u", Password: "a@b:c"}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, Username: "u", Password: "a@b:c"}},
 	{"plus is literal in a password", "redis://:a+b%2Bc@h",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, Password: "a+b+c"}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, Password: "a+b+c"}},
 	{"IPv6 with port", "redis://[::1]:6379/1",
-		Config{Mode: ModeStandalone, Addrs: []string{"[::1]:6379"}, DB: 1}},
+		Config{Mode: ModeAuto, Addrs: []string{"[::1]:6379"}, DB: 1}},
 	{"IPv6 without port", "redis://[::1]",
-		Config{Mode: ModeStandalone, Addrs: []string{"[::1]:6379"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"[::1]:6379"}}},
 	{"IPv6 with zone", "redis://[fe80::1%25eth0]:7000",
-		Config{Mode: ModeStandalone, Addrs: []string{"[fe80::1%eth0]:7000"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"[fe80::1%eth0]:7000"}}},
 	{"IPv4", "redis://10.0.0.7:7001",
-		Config{Mode: ModeStandalone, Addrs: []string{"10.0.0.7:7001"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"10.0.0.7:7001"}}},
 	{"scheme is case-insensitive, port loses leading zeros", "REDIS://h:06379",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}}},
 	{"trailing slash is db 0", "redis://h/",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}}},
 	{"every common parameter",
 		"redis://h?dial_timeout=1s&read_timeout=250ms&write_timeout=2s&pool_timeout=4s&max_connections=20" +
 			"&max_long_connections=5&node_failure_threshold=3&node_recovery_time=30s&health_write_ttl=1m&client_name=api-1",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"},
 			DialTimeout: time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 2 * time.Second,
 			PoolTimeout: 4 * time.Second, MaxConnections: 20, MaxLongConnections: 5, NodeFailureThreshold: 3,
 			NodeRecoveryTime: 30 * time.Second, HealthWriteTTL: time.Minute, ClientName: "api-1"}},
 	{"negative threshold turns breakers off", "redis://h?node_failure_threshold=-1",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, NodeFailureThreshold: -1}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, NodeFailureThreshold: -1}},
 	{"zero duration and count mean default", "redis://h?dial_timeout=0s&max_connections=0",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}}},
 	{"empty query segments are ignored", "redis://h?&dial_timeout=1s&",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, DialTimeout: time.Second}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, DialTimeout: time.Second}},
 	{"percent-encoded parameter name and value", "redis://h?client%5Fname=a%2Bb+c",
-		Config{Mode: ModeStandalone, Addrs: []string{"h:6379"}, ClientName: "a+b+c"}},
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, ClientName: "a+b+c"}},
 	{"rediss sets ServerName", "rediss://u:pw@cache.example.com:6380",
-		Config{Mode: ModeStandalone, Addrs: []string{"cache.example.com:6380"}, Username: "u", Password: "pw",
+		Config{Mode: ModeAuto, Addrs: []string{"cache.example.com:6380"}, Username: "u", Password: "pw",
 			TLSConfig: tls12("cache.example.com")}},
 	{"rediss IPv6 ServerName has no brackets", "rediss://[::1]:6380",
-		Config{Mode: ModeStandalone, Addrs: []string{"[::1]:6380"}, TLSConfig: tls12("::1")}},
+		Config{Mode: ModeAuto, Addrs: []string{"[::1]:6380"}, TLSConfig: tls12("::1")}},
 	{"sentinel hosts default to 26379", "redis+sentinel://s1,s2:26380,[::1]/mymaster",
 		Config{Mode: ModeSentinel, Addrs: []string{"s1:26379", "s2:26380", "[::1]:26379"}, MasterName: "mymaster"}},
 	{"sentinel master credentials, db and sentinel credentials",
@@ -224,19 +224,23 @@ func TestParseURLErrorsHideSecrets(t *testing.T) {
 }
 
 // TestParseURLFeedsNewClient checks the result is something NewClient
-// takes as is, in every mode; NewClient does not dial.
+// takes as is, in every mode. redis:// leaves the mode to the server, which
+// here cannot be reached: the client runs Standalone.
 func TestParseURLFeedsNewClient(t *testing.T) {
-	for _, u := range []string{
-		"redis://:pw@127.0.0.1:1/2?max_connections=3",
-		"rediss+sentinel://127.0.0.1:1/m?sentinel_password=x",
-		"redis+cluster://127.0.0.1:1,127.0.0.1:2?max_redirects=1",
+	for _, tt := range []struct {
+		url  string
+		mode Mode
+	}{
+		{"redis://:pw@127.0.0.1:1/2?max_connections=3", ModeStandalone},
+		{"rediss+sentinel://127.0.0.1:1/m?sentinel_password=x", ModeSentinel},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2?max_redirects=1", ModeCluster},
 	} {
-		t.Run(u, func(t *testing.T) {
-			cfg, err := ParseURL(u)
+		t.Run(tt.url, func(t *testing.T) {
+			cfg, err := ParseURL(tt.url)
 			require.NoError(t, err)
 			c, err := NewClient(cfg)
 			require.NoError(t, err)
-			assert.Equal(t, cfg.Mode, c.Mode())
+			assert.Equal(t, tt.mode, c.Mode())
 			require.NoError(t, c.Close())
 		})
 	}
@@ -393,7 +397,7 @@ func formatURL(cfg Config) string {
 	// read back as a plus, so spaces become %20.
 	esc := func(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
 
-	scheme := map[Mode]string{ModeStandalone: "redis", ModeSentinel: "redis+sentinel", ModeCluster: "redis+cluster"}[cfg.Mode]
+	scheme := map[Mode]string{ModeAuto: "redis", ModeStandalone: "redis", ModeSentinel: "redis+sentinel", ModeCluster: "redis+cluster"}[cfg.Mode]
 	if cfg.TLSConfig != nil {
 		scheme = "rediss" + strings.TrimPrefix(scheme, "redis")
 	}

@@ -1,0 +1,77 @@
+package redisguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxDetectWait bounds each step of the first contact that tells a cluster
+// node from a standalone server: NewClient must not hang for the full
+// DialTimeout on a server that does not answer.
+const maxDetectWait = time.Second
+
+// detectMode settles ModeAuto with one address: it asks the server once
+// (INFO cluster) whether cluster support is enabled. It reports the mode to
+// run in, and the contact's failure when the server could not be asked; the
+// client then runs Standalone. opt is the handshake every client uses.
+func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
+	wait := min(cfg.DialTimeout, maxDetectWait)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	noDB := *opt
+	noDB.DB = 0 // a cluster node refuses SELECT
+	cmd, err := probeAddr(ctx, &noDB, cfg.Addrs[0], wait, "info", "cluster")
+	if err != nil {
+		if isRedisReply(err) {
+			return ModeStandalone, nil // a server without INFO cluster is no cluster node
+		}
+		return ModeStandalone, err
+	}
+	text, _ := cmd.Val().(string)
+	if infoField(text, "cluster_enabled") == "1" {
+		return ModeCluster, nil
+	}
+	return ModeStandalone, nil
+}
+
+// applyDetected fixes up cfg for the mode a single address turned out to be.
+func applyDetected(cfg *Config, mode Mode) error {
+	cfg.Mode = mode
+	if mode != ModeCluster {
+		return nil
+	}
+	if cfg.DB != 0 {
+		return invalid("DB", "is %d, but %s is a cluster node and Redis Cluster only has database 0", cfg.DB, cfg.Addrs[0])
+	}
+	if t := cfg.TLSConfig; t != nil && t.ServerName != "" {
+		// A server name taken from the seed's host (ParseURL sets one for a
+		// single host) would fail verification on every other node.
+		host, _, _ := net.SplitHostPort(cfg.Addrs[0])
+		if t.ServerName == host {
+			c := t.Clone()
+			c.ServerName = ""
+			cfg.TLSConfig = c
+		}
+	}
+	return nil
+}
+
+// undetectedError explains a redirect met by a client that could not tell
+// its server's mode when it was created, and so runs Standalone.
+type undetectedError struct {
+	addr    string
+	contact error // why the first contact failed
+	reply   error // the MOVED or ASK reply
+}
+
+func (e *undetectedError) Error() string {
+	return fmt.Sprintf("redisguard: %s answered %q, so it is a cluster node, but it could not be reached when the client was created (%v), and the client runs Standalone; set Config.Mode to ModeCluster",
+		e.addr, strings.SplitN(e.reply.Error(), " ", 2)[0], e.contact)
+}
+
+func (e *undetectedError) Unwrap() error { return e.reply }
