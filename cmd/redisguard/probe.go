@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -60,6 +61,7 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		asJSON   = fs.Bool("json", false, "print the JSON report instead of a one-line summary")
 		username = fs.String("username", "", "ACL user name")
 		password = fs.String("password", "", "password (prefer the "+envPassword+" environment variable)")
+		verbose  = fs.Bool("verbose", false, "also print go-redis's own log lines (dial failures, sentinel switches) on stderr")
 	)
 	if err := fs.Parse(args); err != nil {
 		// Including -h: a probe that "succeeds" because it printed its help
@@ -88,6 +90,14 @@ func probe(args []string, stdout, stderr io.Writer) int {
 			*d = *timeout
 		}
 	}
+
+	// go-redis logs through a process-wide logger of its own; the probe's
+	// output is the report, and its lines go to stderr only on request.
+	logLevel := slog.LevelInfo
+	if *verbose {
+		logLevel = slog.LevelDebug
+	}
+	redisguard.LogGoRedisTo(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})), slog.LevelDebug)
 
 	c, err := redisguard.NewClient(cfg)
 	if err != nil {

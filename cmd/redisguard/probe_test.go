@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -187,4 +188,16 @@ func TestRunUsage(t *testing.T) {
 	assert.Equal(t, 2, run(nil, &out, &errOut))
 	assert.Equal(t, 2, run([]string{"nope"}, &out, &errOut))
 	assert.Equal(t, 2, run([]string{"demo", "--nope"}, &out, &errOut))
+}
+
+// go-redis's own log lines (a failed dial, here) stay off the probe's output
+// unless asked for with --verbose.
+func TestProbeOutputIsClean(t *testing.T) {
+	t.Cleanup(logging.Enable) // go-redis's own default, for the other tests
+	code, stdout, stderr := runProbe(t, "--addr", "127.0.0.1:1", "--timeout", "300ms")
+	assert.Equal(t, exitUnhealthy, code)
+	assert.Contains(t, stdout, "unhealthy")
+	assert.NotContains(t, stderr, "source=go-redis")
+	_, _, stderr = runProbe(t, "--addr", "127.0.0.1:1", "--timeout", "300ms", "--verbose")
+	assert.Contains(t, stderr, "source=go-redis")
 }
