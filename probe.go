@@ -167,7 +167,10 @@ func answered(err error) bool {
 func probeAddr(ctx context.Context, base *redis.Options, addr string, wait time.Duration, args ...any) (*redis.Cmd, error) {
 	opt := *base
 	opt.Addr = addr
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
+	// Two, though one connection is used: go-redis starts a background
+	// redial loop once a pool's failed dials reach its size, and a probe's
+	// single failed dial must not.
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 2, 0, 0, 0
 	opt.MaxRetries, opt.DialerRetries = -1, 1
 	opt.DialTimeout = min(opt.DialTimeout, wait)
 	opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = wait, wait, wait

@@ -275,7 +275,7 @@ func (s *sentinelMaster) ask(sentinelAddr string) (string, error) {
 	if !ok && !s.closed {
 		opt := *s.sentinel
 		opt.Addr = sentinelAddr
-		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 1, -1, 1
+		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, 1 // two: see probeAddr
 		opt.DialTimeout = min(opt.DialTimeout, sentinelQueryTimeout)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = sentinelQueryTimeout, sentinelQueryTimeout, sentinelQueryTimeout
 		cl = redis.NewSentinelClient(&opt)
