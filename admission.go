@@ -186,7 +186,7 @@ func (a *admission) close() error {
 }
 
 // process runs a blocking or holding command that facadeHook handed over;
-// inWatch marks the hook chains of a Watch transaction.
+// inWatch marks a command sent on the Tx of a Watch transaction.
 func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass, inWatch bool) error {
 	switch {
 	case class == classHolding:

@@ -371,6 +371,51 @@ func TestWatchRejectsBlocking(t *testing.T) {
 	}
 }
 
+// passHook is a hook that changes nothing; adding it rebuilds a hook chain.
+type passHook struct{}
+
+func (passHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (passHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Only the Tx's own blocking commands are refused, and only while its
+// transaction runs, however the hook chains were rebuilt meanwhile: a hook
+// added to the client inside a Watch function leaves the client's blocking
+// commands alone, during the Watch and after it, and a hook added to the Tx
+// keeps refusing the Tx's.
+func TestWatchRefusalIsPerTransaction(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	const key = "pertx:list"
+	err := c.Watch(ctx, func(tx *redis.Tx) error {
+		c.AddHook(passHook{})
+		tx.AddHook(passHook{})
+		assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "the client's BLPOP inside the Watch function")
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "blpop", key, "0.05")
+			return nil
+		})
+		assert.Equal(t, redis.Nil, err, "the client's blocking pipeline inside the Watch function")
+		assert.ErrorIs(t, tx.Do(ctx, "blpop", key, "5").Err(), ErrBlockingInWatch, "the Tx's BLPOP")
+		_, err = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.BLPop(ctx, 5*time.Second, key)
+			return nil
+		})
+		assert.ErrorIs(t, err, ErrBlockingInWatch, "the Tx's blocking pipeline")
+		return nil
+	}, key)
+	require.NoError(t, err)
+	assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "a BLPOP after the Watch")
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "blpop", key, "0.05")
+		return nil
+	})
+	assert.Equal(t, redis.Nil, err, "a blocking pipeline after the Watch")
+}
+
 // SUBSCRIBE as a plain command, and MONITOR, are refused with a clear error.
 func TestHoldingCommandsRejected(t *testing.T) {
 	srv := redistest.StartServer(t)

@@ -136,14 +136,14 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
-	inWatch := c.adm.buildingWatch()
+	maybeTx := c.adm.buildingWatch()
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if c.closed.Load() {
 			return ErrClosed
 		}
 		// One classification per command; ordinary ones go straight on.
 		if class := classifyCmd(cmd); class != classOrdinary {
-			return c.translate(ctx, c.adm.process(ctx, cmd, class, inWatch))
+			return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
 		}
 		err := next(ctx, cmd)
 		if err == nil {
@@ -155,7 +155,7 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
-	inWatch := c.adm.buildingWatch()
+	maybeTx := c.adm.buildingWatch()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if c.closed.Load() {
 			for _, cmd := range cmds {
@@ -167,7 +167,7 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		// Redis never blocks within EXEC.
 		var err error
 		if batchIsBlocking(cmds) {
-			err = c.adm.processBatch(ctx, cmds, inWatch)
+			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
 		} else {
 			err = next(ctx, cmds)
 		}
