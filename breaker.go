@@ -101,13 +101,25 @@ type nodeGuard struct {
 	n *node
 }
 
-func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook { return next }
+// DialHook marks a failed dial as a set-up failure (setup.go): TLS
+// handshakes run inside it, and their timeouts look like any read's. A
+// subscription's dial is left alone: its error goes to the PubSub, past no
+// hook that would remove the marker.
+func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil && isNetworkError(err) && !onStack(pubSubDialer) {
+			return nil, setupFailure(err)
+		}
+		return conn, err
+	}
+}
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c, n := g.c, g.n
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
-			return next(ctx, cmd)
+			return handshake(next(ctx, cmd))
 		}
 		t, err := n.br.Allow()
 		if err != nil {
@@ -160,7 +172,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	c, n := g.c, g.n
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
-			return next(ctx, cmds)
+			return handshake(next(ctx, cmds))
 		}
 		t, err := n.br.Allow()
 		if err != nil {
@@ -223,6 +235,24 @@ func isHandshake(cmd redis.Cmder) bool {
 	return false
 }
 
+// handshake marks the network failure of a command go-redis sent while
+// setting up a fresh connection (setup.go). A caller's own CLIENT or AUTH
+// command fails like any other; the stack, read only on this error path,
+// tells the two apart.
+func handshake(err error) error {
+	if err != nil && isNetworkError(err) && onStack(connInit) {
+		return setupFailure(err)
+	}
+	return err
+}
+
+// isNetworkError reports whether err is the network's: a net.Error
+// (timeouts included) or a dropped connection.
+func isNetworkError(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || isConnReset(err)
+}
+
 // fastFail is what a command gets while the node's breaker is open.
 func (n *node) fastFail(c *Client) error {
 	if c.topo != nil {
@@ -239,7 +269,7 @@ func (n *node) translate(err error) error {
 	if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 		return n.exhausted
 	}
-	return err
+	return withoutSetup(err)
 }
 
 // isExhaustion reports whether an operation found no capacity. In
@@ -268,7 +298,9 @@ func (n *node) noteExhausted(c *Client) {
 // The caller's own cancellation or deadline says nothing about the node, nor
 // does a full pool. A connection reset by a healthy server (CLIENT KILL, an
 // idle timeout) is neutral too: go-redis retries it once on the same node,
-// and if the node is really gone that retry's dial fails and counts.
+// and if the node is really gone that retry's dial fails and counts. A
+// connection that fails while being set up fails the node, reset or not
+// (setup.go).
 func outcome(ctx context.Context, err error) breaker.Outcome {
 	switch {
 	case err == nil || err == redis.Nil:
@@ -280,6 +312,8 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, ErrClosed), errors.Is(err, ErrPoolExhausted), errors.Is(err, ErrNodeUnavailable):
 		return breaker.Neutral
+	case isSetupFailure(err):
+		return breaker.Failure
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
