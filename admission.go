@@ -201,7 +201,7 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	defer a.release()
 	cc, cluster := long.(*redis.ClusterClient)
 	if !cluster {
-		return a.onDedicated(ctx, long.(*redis.Client), "", func(ctx context.Context, conn *redis.Conn) error {
+		return a.onDedicated(ctx, long.(*redis.Client), "", []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 			return conn.Process(ctx, cmd)
 		})
 	}
@@ -215,7 +215,7 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	if err != nil {
 		return err
 	}
-	err = a.onDedicated(ctx, node, node.Options().Addr, func(ctx context.Context, conn *redis.Conn) error {
+	err = a.onDedicated(ctx, node, node.Options().Addr, []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 		return conn.Process(ctx, cmd)
 	})
 	if isRedirect(err) {
@@ -292,7 +292,7 @@ func (a *admission) batch(ctx context.Context, cmds []redis.Cmder, inWatch bool)
 		// Cancellation is go-redis's own here: deadlines only.
 		return exec(ctx, cc.Pipeline())
 	}
-	return a.onDedicated(ctx, long.(*redis.Client), "", func(ctx context.Context, conn *redis.Conn) error {
+	return a.onDedicated(ctx, long.(*redis.Client), "", cmds, func(ctx context.Context, conn *redis.Conn) error {
 		return exec(ctx, conn.Pipeline())
 	})
 }

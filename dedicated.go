@@ -22,10 +22,13 @@ type dedicated struct {
 	key  string        // node address: the idle list it returns to
 }
 
-// onDedicated runs do on a dedicated connection to node, and once more on a
-// fresh one if an idle connection turns out to have died meanwhile (a server
-// idle timeout, CLIENT KILL): go-redis would retry a pooled one the same way.
-func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, do func(context.Context, *redis.Conn) error) error {
+// onDedicated runs do, which sends cmds, on a dedicated connection to node,
+// and once more on a fresh one if an idle connection turns out to have died
+// meanwhile (a server idle timeout, CLIENT KILL), as go-redis would retry a
+// pooled one: provided that cmds may be sent again, or cannot have run (see
+// resendable and mayHaveRun), as the node guard's reset retry decides.
+func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, cmds []redis.Cmder,
+	do func(context.Context, *redis.Conn) error) error {
 	for attempt := 0; ; attempt++ {
 		d, reused, err := a.take(ctx, node, key)
 		if err != nil {
@@ -40,7 +43,8 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 		} else {
 			a.put(d, reusable(err)) // d may serve another call from here on
 		}
-		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) {
+		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) &&
+			(resendable(cmds) || !mayHaveRun(ctx, err)) {
 			continue
 		}
 		if !cancelled {
