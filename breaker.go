@@ -109,7 +109,7 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
 		if err != nil && isNetworkError(err) && !onStack(pubSubDialer) {
-			return nil, setupFailure(err)
+			return nil, setupFailure(err, false)
 		}
 		return conn, err
 	}
@@ -119,7 +119,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c, n := g.c, g.n
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
-			return handshake(next(ctx, cmd))
+			return handshake(next(ctx, cmd), isHello(cmd))
 		}
 		t, err := n.br.Allow()
 		if err != nil {
@@ -172,7 +172,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	c, n := g.c, g.n
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
-			return handshake(next(ctx, cmds))
+			return handshake(next(ctx, cmds), false)
 		}
 		t, err := n.br.Allow()
 		if err != nil {
@@ -184,7 +184,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && resendable(cmds) {
+		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
@@ -236,14 +236,21 @@ func isHandshake(cmd redis.Cmder) bool {
 }
 
 // handshake marks the network failure of a command go-redis sent while
-// setting up a fresh connection (setup.go). A caller's own CLIENT or AUTH
-// command fails like any other; the stack, read only on this error path,
-// tells the two apart.
-func handshake(err error) error {
+// setting up a fresh connection (setup.go); first says the command was the
+// HELLO that opens the handshake, before which the server has answered
+// nothing. A caller's own CLIENT or AUTH command fails like any other; the
+// stack, read only on this error path, tells the two apart.
+func handshake(err error, first bool) error {
 	if err != nil && isNetworkError(err) && onStack(connInit) {
-		return setupFailure(err)
+		return setupFailure(err, !first)
 	}
 	return err
+}
+
+// isHello reports whether cmd is HELLO.
+func isHello(cmd redis.Cmder) bool {
+	name, _ := cmd.Args()[0].(string) // isHandshake has checked there is one
+	return strings.EqualFold(name, "hello")
 }
 
 // isNetworkError reports whether err is the network's: a net.Error
@@ -299,8 +306,8 @@ func (n *node) noteExhausted(c *Client) {
 // does a full pool. A connection reset by a healthy server (CLIENT KILL, an
 // idle timeout) is neutral too: go-redis retries it once on the same node,
 // and if the node is really gone that retry's dial fails and counts. A
-// connection that fails while being set up fails the node, reset or not
-// (setup.go).
+// fresh connection that fails before the server has answered anything on
+// it fails the node, reset or not (setup.go).
 func outcome(ctx context.Context, err error) breaker.Outcome {
 	switch {
 	case err == nil || err == redis.Nil:
@@ -312,7 +319,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, ErrClosed), errors.Is(err, ErrPoolExhausted), errors.Is(err, ErrNodeUnavailable):
 		return breaker.Neutral
-	case isSetupFailure(err):
+	case isUnansweredSetup(err):
 		return breaker.Failure
 	}
 	var opErr *net.OpError
@@ -333,14 +340,19 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // same node: its connection was reset by the server (CLIENT KILL, an idle
 // timeout, a restart), and the caller still waits. Only in Standalone and
 // Sentinel mode, where go-redis's own retries are off (see build.go); the
-// cluster client's loop already retries a reset once on the same node.
+// cluster client's loop already retries a reset once on the same node. In
+// every mode, though, for a fresh connection reset before the server
+// answered anything: the breaker counts that as a failure (setup.go), and
+// must not count one that a CLIENT KILL caught in the middle of a handshake,
+// so it hears only of the retry, which such a kill rarely catches too.
 //
 // This is narrower than go-redis's MaxRetries on purpose: go-redis would also
 // retry read timeouts, doubling how long a hung server holds each caller
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
 func retryReset(c *Client, ctx context.Context, err error) bool {
-	return c.topo == nil && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) && contextDone(ctx) == nil
+	return (c.topo == nil || isUnansweredSetup(err)) && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
+		contextDone(ctx) == nil
 }
 
 // isConnReset reports whether err is an established connection dropped by the

@@ -47,8 +47,9 @@ func TestOutcome(t *testing.T) {
 		{"reset: ECONNRESET", live, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, breaker.Neutral},
 		{"reset: broken pipe", live, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, breaker.Neutral},
 		{"dial refused", live, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, breaker.Failure},
-		{"reset while setting up a connection", live, setupFailure(io.EOF), breaker.Failure},
-		{"caller cancelled while setting up a connection", cancelled, setupFailure(timeout), breaker.Neutral},
+		{"reset of a fresh connection before any answer", live, setupFailure(io.EOF, false), breaker.Failure},
+		{"reset of a fresh connection after HELLO was answered", live, setupFailure(io.EOF, true), breaker.Neutral},
+		{"caller cancelled while setting up a connection", cancelled, setupFailure(timeout, false), breaker.Neutral},
 		{"read timeout", live, timeout, breaker.Failure},
 		{"wrapped read timeout", live, fmt.Errorf("ctx: %w", timeout), breaker.Failure},
 	}
