@@ -210,10 +210,16 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // fresh connection (HELLO, AUTH, SELECT, CLIENT SETNAME/SETINFO, READONLY).
 // Those run through the node's hooks from inside the operation that dialled,
 // which already holds the breaker's ticket; gating them again would make a
-// half-open probe reject its own handshake and never close the breaker. A
-// user sending one of them by hand bypasses the breaker too, which is
-// harmless: they are cheap and rare.
+// half-open probe reject its own handshake and never close the breaker. The
+// same commands sent by a caller, or by admission (CLIENT ID, CLIENT
+// UNBLOCK), are gated and scored like any other: the name is checked on
+// every command, and the stack only for the few that match.
 func isHandshake(cmd redis.Cmder) bool {
+	return namedLikeHandshake(cmd) && onStack(connInit)
+}
+
+// namedLikeHandshake reports whether cmd's name is one of the handshake's.
+func namedLikeHandshake(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if len(args) == 0 {
 		return false
@@ -238,16 +244,15 @@ func isHandshake(cmd redis.Cmder) bool {
 // handshake marks the network failure of a command go-redis sent while
 // setting up a fresh connection (setup.go); first says the command was the
 // HELLO that opens the handshake, before which the server has answered
-// nothing. A caller's own CLIENT or AUTH command fails like any other; the
-// stack, read only on this error path, tells the two apart.
+// nothing.
 func handshake(err error, first bool) error {
-	if err != nil && isNetworkError(err) && onStack(connInit) {
+	if err != nil && isNetworkError(err) {
 		return setupFailure(err, !first)
 	}
 	return err
 }
 
-// isHello reports whether cmd is HELLO.
+// isHello reports whether cmd, a handshake command, is HELLO.
 func isHello(cmd redis.Cmder) bool {
 	name, _ := cmd.Args()[0].(string) // isHandshake has checked there is one
 	return strings.EqualFold(name, "hello")
