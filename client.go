@@ -66,7 +66,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.topo = newTopology(c)
 	}
 	c.adm = newAdmission(c)
-	c.UniversalClient = c.build(resolved.MaxConnections)
+	c.UniversalClient = c.build(resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node
 	// client in Cluster mode; registered before any node client exists.
@@ -204,10 +204,16 @@ func (c *Client) translate(ctx context.Context, err error) error {
 	return err
 }
 
-// contextDone returns ctx's error once it is done, and DeadlineExceeded as
-// soon as its deadline has passed: go-redis sets the socket deadline from the
-// context, and the socket can fire a hair before the context's own timer.
+// contextDone returns the caller's context's error once it is done, and
+// DeadlineExceeded as soon as its deadline has passed: go-redis sets the
+// socket deadline from the context, and the socket can fire a hair before
+// the context's own timer. A context admission derived for a long call
+// (withCaller) answers for the caller's: its own deadline is a read budget,
+// and a server that overruns it is failing, not the caller giving up.
 func contextDone(ctx context.Context) error {
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		ctx = caller
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -215,6 +221,15 @@ func contextDone(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// callerKey keys the caller's own context in one derived from it.
+type callerKey struct{}
+
+// withCaller returns derived, marked as derived from caller (see
+// contextDone).
+func withCaller(derived, caller context.Context) context.Context {
+	return context.WithValue(derived, callerKey{}, caller)
 }
 
 // isRedisReply reports whether err is an error reply from the server.
