@@ -139,14 +139,14 @@ func (a *admission) client() (redis.UniversalClient, error) {
 }
 
 // build makes the long client with build, like the ordinary one. Its pools
-// never bind: they hold as many pooled connections as Cluster batches and
-// redirects need, at most MaxLongConnections, and one for CLIENT UNBLOCK;
-// the permits are the budget. Dedicated connections are not in its pools:
-// each has a client of its own, made from the node client's options (see
-// open).
+// never bind: a node needs at most MaxLongConnections pooled connections for
+// Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
+// cancelled at once, and one more; the permits are the budget. Dedicated
+// connections are not in its pools: each has a client of its own, made from
+// the node client's options (see open).
 func (a *admission) build() redis.UniversalClient {
 	c := a.c
-	size := c.cfg.MaxLongConnections + 1
+	size := 2*c.cfg.MaxLongConnections + 1
 	if c.cfg.Mode == ModeCluster {
 		// Node clients carry the shared breakers; attaching the client makes
 		// its CLUSTER SLOTS go through the shared single-flight cache.
