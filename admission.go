@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,10 +59,9 @@ var (
 	errMonitorCommand   = fmt.Errorf("%w; MONITOR is not supported, use redis-cli", ErrHoldingCommand)
 )
 
-// unblockGrace bounds how long a call cancelled by its deadline may take to
-// wind down when its server does not answer: the call's socket deadline is
-// the caller's deadline plus unblockGrace. It also bounds each CLIENT
-// UNBLOCK.
+// unblockGrace bounds how long a cancelled call may take to wind down: by
+// then its connection is closed if CLIENT UNBLOCK has not ended it (see
+// interrupt).
 const unblockGrace = time.Second
 
 // admission holds the long budget and the long client.
@@ -71,11 +73,19 @@ type admission struct {
 	exhaustions atomic.Uint64 // long operations refused with ErrPoolExhausted
 	exhaustLog  logLimiter    // keeps a saturated budget from flooding the log
 
+	// guard returns the hook that guards a dedicated connection to addr,
+	// as build installs one on every node client of the long client. Set
+	// with long, under mu.
+	guard func(addr string) nodeGuard
+	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
+	noUnblock atomic.Bool
+
 	mu     sync.Mutex
 	closed bool                    // guarded by mu
 	long   redis.UniversalClient   // guarded by mu; nil until the first long call
 	idle   map[string][]*dedicated // guarded by mu; dedicated connections not in use, by node address
-	loops  sync.WaitGroup          // unblock loops and background kills (dedicated.go); Add only under mu while !closed
+	live   map[*dedicated]struct{} // guarded by mu; every open dedicated connection, idle or in use
+	loops  sync.WaitGroup          // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
 
 func newAdmission(c *Client) *admission {
@@ -84,6 +94,7 @@ func newAdmission(c *Client) *admission {
 		permits: make(chan struct{}, c.cfg.MaxLongConnections),
 		closing: make(chan struct{}),
 		idle:    make(map[string][]*dedicated),
+		live:    make(map[*dedicated]struct{}),
 	}
 }
 
@@ -128,17 +139,19 @@ func (a *admission) client() (redis.UniversalClient, error) {
 }
 
 // build makes the long client with build, like the ordinary one. Its pools
-// never bind: a node holds at most MaxLongConnections dedicated connections
-// (see take) plus as many pooled ones for Cluster batches and redirects, and
-// one for CLIENT UNBLOCK; the permits are the budget. MaxLongConnections is
-// at most maxConnections, so 2n+1 is a pool size go-redis can build.
+// never bind: a node needs at most MaxLongConnections pooled connections for
+// Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
+// cancelled at once, and one more; the permits are the budget. Dedicated
+// connections are not in its pools: each has a client of its own, made from
+// the node client's options (see open).
 func (a *admission) build() redis.UniversalClient {
 	c := a.c
 	size := 2*c.cfg.MaxLongConnections + 1
 	if c.cfg.Mode == ModeCluster {
 		// Node clients carry the shared breakers; attaching the client makes
 		// its CLUSTER SLOTS go through the shared single-flight cache.
-		cc := c.build(size).(*redis.ClusterClient)
+		a.guard = c.nodes.guard
+		cc := c.build(size, true).(*redis.ClusterClient)
 		c.topo.attach(cc)
 		// Redirects on the long client are followed by go-redis's loop
 		// (process, batch); a cycle ends typed there too, not as the raw
@@ -148,21 +161,23 @@ func (a *admission) build() redis.UniversalClient {
 	}
 	// In Standalone and Sentinel mode build installs the node's guard on the
 	// ordinary client outside facadeHook, so that guard already admits and
-	// scores every long call facadeHook hands over. The long client's guards
-	// get their breakers turned off: a second guard on the shared breaker
-	// would count each call twice and, half-open, reject the very probe the
-	// outer guard let through, so a worker that only blocks could never
-	// close its breaker again.
+	// scores every long call facadeHook hands over. The guards of the long
+	// client and of its dedicated connections get their breakers turned
+	// off: a second guard on the shared breaker would count each call twice
+	// and, half-open, reject the very probe the outer guard let through, so
+	// a worker that only blocks could never close its breaker again. They
+	// still mark failed connection set-ups (setup.go) for the outer guard.
 	shadow := &Client{core: newCore(c.cfg, c.clock), probeOpt: c.probeOpt, sentinel: c.sentinel}
 	shadow.core.log = c.log
 	shadow.cfg.NodeFailureThreshold = -1
 	shadow.nodes = newNodeSet(shadow)
-	return shadow.build(size)
+	a.guard = shadow.nodes.guard
+	return shadow.build(size, true)
 }
 
-// close ends the long budget: permit waiters and unblock loops return, idle
-// dedicated connections and the long client are closed, which cuts short the
-// calls still running on it.
+// close ends the long budget: permit waiters and interrupts return, every
+// dedicated connection is closed, which cuts short the calls running on
+// them (their callers then discard them), and so is the long client.
 func (a *admission) close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -171,12 +186,15 @@ func (a *admission) close() error {
 	}
 	a.closed = true
 	close(a.closing)
-	idle, long := a.idle, a.long
-	a.idle = nil
+	idle, live, long := a.idle, a.live, a.long
+	a.idle, a.live = nil, nil
 	a.mu.Unlock()
+	for d := range live {
+		d.sever()
+	}
 	for _, list := range idle {
 		for _, d := range list {
-			_ = d.conn.Close()
+			d.close()
 		}
 	}
 	var err error
@@ -188,7 +206,7 @@ func (a *admission) close() error {
 }
 
 // process runs a blocking or holding command that facadeHook handed over;
-// inWatch marks the hook chains of a Watch transaction.
+// inWatch marks a command sent on the Tx of a Watch transaction.
 func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass, inWatch bool) error {
 	switch {
 	case class == classHolding:
@@ -203,21 +221,21 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	defer a.release()
 	cc, cluster := long.(*redis.ClusterClient)
 	if !cluster {
-		return a.onDedicated(ctx, long.(*redis.Client), "", func(ctx context.Context, conn *redis.Conn) error {
+		return a.onDedicated(ctx, long.(*redis.Client), "", []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 			return conn.Process(ctx, cmd)
 		})
 	}
 	key, ok := blockingKey(cmd.Args())
 	if !ok {
-		// WAIT and WAITAOF have no key: go-redis routes them. Cancellation
-		// is then go-redis's own: deadlines only.
-		return cc.Process(ctx, cmd)
+		// WAIT and WAITAOF have no key: like go-redis, send them to the
+		// master of a random slot.
+		key = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	node, err := cc.MasterForKey(ctx, key)
 	if err != nil {
 		return err
 	}
-	err = a.onDedicated(ctx, node, node.Options().Addr, func(ctx context.Context, conn *redis.Conn) error {
+	err = a.onDedicated(ctx, node, node.Options().Addr, []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 		return conn.Process(ctx, cmd)
 	})
 	if isRedirect(err) {
@@ -226,7 +244,9 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 		cmd.SetErr(nil)
 		return cc.Process(ctx, cmd)
 	}
-	return err
+	// The node's guard on the dedicated connection has scored a failed
+	// set-up; no guard sits outside the facade in Cluster mode.
+	return withoutSetup(err)
 }
 
 // enter admits one long operation: it checks ctx, takes a permit and returns
@@ -290,14 +310,50 @@ func (a *admission) batch(ctx context.Context, cmds []redis.Cmder, inWatch bool)
 		return err
 	}
 	if cc, ok := long.(*redis.ClusterClient); ok {
-		// go-redis splits the batch by node and keeps each node's order.
+		// go-redis splits the batch by node and keeps each node's order,
+		// reading it under the context's deadline only (see build).
 		// Cancellation is go-redis's own here: deadlines only.
-		return exec(ctx, cc.Pipeline())
+		readCtx := withCaller(ctx, ctx)
+		if deadline, ok := a.readDeadline(cmds); ok {
+			var cancel context.CancelFunc
+			readCtx, cancel = context.WithDeadline(readCtx, deadline)
+			defer cancel()
+		}
+		err := exec(readCtx, cc.Pipeline())
+		if contextDone(ctx) == nil {
+			// go-redis retries a timed-out batch until the context ends, so
+			// overdue replies come back as the context's error.
+			for _, cmd := range cmds {
+				if errors.Is(cmd.Err(), context.DeadlineExceeded) {
+					cmd.SetErr(errRepliesOverdue)
+				}
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = errRepliesOverdue
+			}
+		}
+		return err
 	}
-	return a.onDedicated(ctx, long.(*redis.Client), "", func(ctx context.Context, conn *redis.Conn) error {
+	return a.onDedicated(ctx, long.(*redis.Client), "", cmds, func(ctx context.Context, conn *redis.Conn) error {
 		return exec(ctx, conn.Pipeline())
 	})
 }
+
+// errRepliesOverdue is a Cluster blocking batch's error when a node has not
+// answered within its read deadline (readDeadline), the caller's context
+// still running: a timeout, as go-redis reports its own read timeouts.
+var errRepliesOverdue error = repliesOverdue{}
+
+type repliesOverdue struct{}
+
+func (repliesOverdue) Error() string {
+	return "redisguard: i/o timeout: no reply within the blocking commands' own timeouts plus ReadTimeout"
+}
+func (repliesOverdue) Timeout() bool   { return true }
+func (repliesOverdue) Temporary() bool { return false }
+
+// Is makes the error match os.ErrDeadlineExceeded, as a socket's does.
+func (repliesOverdue) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
 // blockingKey returns the first key of a blocking command, which decides
 // its node in Cluster mode; ok is false for the keyless WAIT and WAITAOF and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,6 +373,51 @@ func TestWatchRejectsBlocking(t *testing.T) {
 	}
 }
 
+// passHook is a hook that changes nothing; adding it rebuilds a hook chain.
+type passHook struct{}
+
+func (passHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (passHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Only the Tx's own blocking commands are refused, and only while its
+// transaction runs, however the hook chains were rebuilt meanwhile: a hook
+// added to the client inside a Watch function leaves the client's blocking
+// commands alone, during the Watch and after it, and a hook added to the Tx
+// keeps refusing the Tx's.
+func TestWatchRefusalIsPerTransaction(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	const key = "pertx:list"
+	err := c.Watch(ctx, func(tx *redis.Tx) error {
+		c.AddHook(passHook{})
+		tx.AddHook(passHook{})
+		assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "the client's BLPOP inside the Watch function")
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "blpop", key, "0.05")
+			return nil
+		})
+		assert.Equal(t, redis.Nil, err, "the client's blocking pipeline inside the Watch function")
+		assert.ErrorIs(t, tx.Do(ctx, "blpop", key, "5").Err(), ErrBlockingInWatch, "the Tx's BLPOP")
+		_, err = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.BLPop(ctx, 5*time.Second, key)
+			return nil
+		})
+		assert.ErrorIs(t, err, ErrBlockingInWatch, "the Tx's blocking pipeline")
+		return nil
+	}, key)
+	require.NoError(t, err)
+	assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "a BLPOP after the Watch")
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "blpop", key, "0.05")
+		return nil
+	})
+	assert.Equal(t, redis.Nil, err, "a blocking pipeline after the Watch")
+}
+
 // SUBSCRIBE as a plain command, and MONITOR, are refused with a clear error.
 func TestHoldingCommandsRejected(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -395,9 +442,9 @@ func TestHoldingCommandsRejected(t *testing.T) {
 }
 
 // Twenty BLPOPs end on their context deadlines, and nothing of theirs
-// reaches a later command: no element is taken by an abandoned call, every
-// later call gets its own reply, and the cancelled connections are clean
-// enough to be reused.
+// reaches a later command: no element is taken by an abandoned call, and
+// every later call gets its own reply. The cancelled calls' connections are
+// closed; the twenty later calls, one after another, share one new one.
 func TestCancelBlockingDeadlines(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 32})
@@ -443,8 +490,11 @@ func TestCancelBlockingDeadlines(t *testing.T) {
 		require.NoError(t, c.Set(ctx, key, i, time.Minute).Err())
 		assert.Equal(t, strconv.Itoa(i), c.Get(ctx, key).Val())
 	}
-	assert.Equal(t, connsBefore, srv.Info(t, "stats")["total_connections_received"],
-		"the cancelled connections were not reusable")
+	before, err := strconv.Atoi(connsBefore)
+	require.NoError(t, err)
+	after, err := strconv.Atoi(srv.Info(t, "stats")["total_connections_received"])
+	require.NoError(t, err)
+	assert.Equal(t, before+1, after, "connections the twenty later calls opened")
 }
 
 // Cancellation without a deadline ends a BLPOP that would otherwise wait
@@ -520,6 +570,242 @@ func TestCancelBlockingOnHungServer(t *testing.T) {
 	waitBlocked(t, srv, 0)
 	require.NoError(t, c.RPush(ctx, "hung:list", "x").Err())
 	assert.Equal(t, []string{"hung:list", "x"}, c.BLPop(ctx, time.Second, "hung:list").Val())
+}
+
+// limitedUser creates, on each server, a user who may run every command
+// but the dangerous ones: no CLIENT UNBLOCK, no CLIENT KILL.
+func limitedUser(t *testing.T, servers ...*redistest.Server) (user, password string) {
+	t.Helper()
+	for _, s := range servers {
+		require.NoError(t, s.Admin().Do(testCtx(t, 5*time.Second),
+			"acl", "setuser", "limited", "reset", "on", ">limited-pw", "~*", "&*", "+@all", "-@dangerous").Err())
+	}
+	return "limited", "limited-pw"
+}
+
+// unblockDenials counts the CLIENT UNBLOCKs the server refused for lack of
+// permission, from its ACL log.
+func unblockDenials(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	entries, err := s.Admin().ACLLog(testCtx(t, 5*time.Second), 100).Result()
+	require.NoError(t, err)
+	var n int64
+	for _, e := range entries {
+		if strings.Contains(strings.ToLower(e.Object), "unblock") {
+			n += e.Count
+		}
+	}
+	return n
+}
+
+// A cancelled blocking call with no deadline returns promptly, gives its
+// permit back and takes nothing afterwards, even where CLIENT UNBLOCK
+// cannot end it: for a user without the permission to send it (asked
+// once, not once per cancellation or per retry), and on a server that has
+// stopped answering. Its connection is closed instead.
+func TestCancelledBlockingCallEndsWithoutUnblock(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limited bool // as a user denied CLIENT UNBLOCK
+		hang    bool // the server hangs while the call waits
+	}{
+		{name: "no permission", limited: true},
+		{name: "hung server", hang: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			cfg := Config{Addrs: []string{srv.Addr}, MaxLongConnections: 4}
+			if tc.limited {
+				cfg.Username, cfg.Password = limitedUser(t, srv)
+			}
+			c := newTestClient(t, cfg)
+			ctx := testCtx(t, 60*time.Second)
+			list := "nounblock:" + strings.ReplaceAll(tc.name, " ", "-")
+			calls := []struct {
+				name string
+				call func(ctx context.Context) error
+			}{
+				{"BLPOP", func(ctx context.Context) error { return c.BLPop(ctx, 0, list).Err() }},
+				{"Do", func(ctx context.Context) error { return c.Do(ctx, "blpop", list, 0).Err() }},
+				{"pipeline", func(ctx context.Context) error {
+					_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						p.BLPop(ctx, 0, list)
+						return nil
+					})
+					return err
+				}},
+			}
+			for _, call := range calls {
+				cctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- call.call(cctx) }()
+				waitBlocked(t, srv, 1)
+				if tc.hang {
+					srv.Pause(t)
+				}
+				cancelled := time.Now()
+				cancel()
+				select {
+				case err := <-done:
+					assert.ErrorIs(t, err, context.Canceled, call.name)
+					took := time.Since(cancelled)
+					t.Logf("%s: returned %v after its cancellation", call.name, took)
+					assert.Less(t, took, unblockGrace+time.Second, "%s: the cancelled call was slow to return", call.name)
+				case <-time.After(20 * time.Second):
+					if tc.hang {
+						srv.Resume(t)
+					}
+					t.Fatalf("%s: the cancelled call never returned", call.name)
+				}
+				assert.Zero(t, c.Stats().LongInUse, "%s: the permit was kept", call.name)
+				if tc.hang {
+					srv.Resume(t)
+				}
+				waitBlocked(t, srv, 0) // the server has dropped the cancelled call's connection
+				require.NoError(t, srv.Admin().RPush(ctx, list, "x").Err())
+				assert.Equal(t, int64(1), srv.Admin().LLen(ctx, list).Val(), "%s: the cancelled call took the element", call.name)
+				require.NoError(t, srv.Admin().Del(ctx, list).Err())
+			}
+			if tc.limited {
+				assert.LessOrEqual(t, unblockDenials(t, srv), int64(1), "CLIENT UNBLOCK was tried again after its denial")
+			}
+		})
+	}
+}
+
+// Waiting is not failing. A blocking command that waits out its own
+// timeout on a healthy server, however it is sent (Do, a pipeline, WAIT),
+// is read with its own timeout plus ReadTimeout rather than ReadTimeout
+// alone, succeeds, and costs its node's breaker nothing.
+func TestBlockingWaitIsNotScoredAsFailure(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		key  string
+	}{
+		{"standalone", Config{Addrs: []string{srv.Addr}}, "waiting:q"},
+		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}, "{waiting}q"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.ReadTimeout = 300 * time.Millisecond
+			tc.cfg.NodeFailureThreshold = 2
+			tc.cfg.NodeRecoveryTime = time.Hour
+			c := newTestClient(t, tc.cfg)
+			ctx := testCtx(t, 60*time.Second)
+			calls := []struct {
+				name string
+				call func() error
+				want error
+			}{
+				{"Do BLPOP", func() error { return c.Do(ctx, "BLPOP", tc.key, 1).Err() }, redis.Nil},
+				{"pipelined BLPop", func() error {
+					_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						p.BLPop(ctx, time.Second, tc.key)
+						return nil
+					})
+					return err
+				}, redis.Nil},
+				{"pipelined GET and Do BLPOP", func() error {
+					cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						p.Get(ctx, tc.key+":k")
+						p.Do(ctx, "blpop", tc.key, "0.5")
+						p.Do(ctx, "blpop", tc.key, "0.5")
+						return nil
+					})
+					for _, cmd := range cmds {
+						if err := cmd.Err(); err != redis.Nil {
+							return fmt.Errorf("%v: %w", cmd.Args(), err)
+						}
+					}
+					return redis.Nil
+				}, redis.Nil},
+				{"Do WAIT", func() error { return c.Do(ctx, "WAIT", 1, 1000).Err() }, nil}, // no replica answers: 0 after 1s
+			}
+			for range 2 {
+				for _, call := range calls {
+					start := time.Now()
+					err := call.call()
+					took := time.Since(start)
+					assert.Equal(t, call.want, err, call.name)
+					assert.GreaterOrEqual(t, took, 900*time.Millisecond, "%s: returned before its own timeout", call.name)
+				}
+			}
+			assert.Equal(t, redis.Nil, c.Get(ctx, tc.key+":k").Err(), "a GET after the waits")
+			for _, n := range c.Stats().Nodes {
+				assert.Equal(t, "closed", n.State, n.Addr)
+				assert.Zero(t, n.ConsecutiveFailures, n.Addr)
+			}
+		})
+	}
+}
+
+// The read deadline still bounds a server that stops answering: a blocking
+// command sent through Do, or in a pipeline, fails with a timeout its own
+// timeout plus ReadTimeout after it was sent (not a context error: the
+// caller's context is fine), and the node's breaker counts it.
+func TestBlockingCallOnHungServerFailsAfterItsBudget(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		node *redistest.Server
+		key  string
+	}{
+		{"standalone", Config{Addrs: []string{srv.Addr}}, srv, "budget:q"},
+		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}, cl.Masters[0], cl.KeyOn(t, cl.Masters[0], "budget:")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.ReadTimeout = 300 * time.Millisecond
+			tc.cfg.NodeFailureThreshold = 5
+			tc.cfg.NodeRecoveryTime = time.Hour
+			c := newTestClient(t, tc.cfg)
+			ctx := testCtx(t, 30*time.Second)
+			pipelined := func() error {
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.BLPop(ctx, time.Second, tc.key)
+					return nil
+				})
+				return err
+			}
+			// Warm: two dedicated connections, since a timed-out one is
+			// closed, and a pooled one for Cluster batches.
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					assert.Equal(t, redis.Nil, c.Do(ctx, "blpop", tc.key, "0.3").Err())
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, redis.Nil, pipelined())
+
+			tc.node.Pause(t)
+			defer tc.node.Resume(t)
+			for i, call := range []func() error{
+				func() error { return c.Do(ctx, "blpop", tc.key, 1).Err() },
+				pipelined,
+			} {
+				start := time.Now()
+				err := call()
+				took := time.Since(start)
+				var netErr net.Error
+				require.True(t, errors.As(err, &netErr) && netErr.Timeout(), "call %d: %v, want a timeout", i, err)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+				assert.False(t, isSetupFailure(err), "call %d: the set-up mark reached the caller", i)
+				assert.GreaterOrEqual(t, took, 1250*time.Millisecond, "call %d: cut short of its own timeout plus ReadTimeout", i)
+				assert.Less(t, took, 5*time.Second, "call %d", i)
+			}
+			for _, n := range c.Stats().Nodes {
+				if n.Addr == tc.node.Addr {
+					assert.Equal(t, 2, n.ConsecutiveFailures)
+				}
+			}
+		})
+	}
 }
 
 // Consumers cancelled at random instants while a producer pushes: every
@@ -745,7 +1031,8 @@ func BenchmarkAdmissionBlocking(b *testing.B) {
 	long, err := c.adm.client()
 	require.NoError(b, err)
 	node := long.(*redis.Client)
-	c.adm.put(&dedicated{node: node, conn: node.Conn(), id: 1}, true)
+	own := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	c.adm.put(&dedicated{control: node, client: own, conn: own.Conn(), id: 1}, true)
 	ctx := context.Background()
 	cmd := redis.NewStringSliceCmd(ctx, "blpop", "list", 1)
 	b.ReportAllocs()

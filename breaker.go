@@ -175,13 +175,25 @@ func (g nodeGuard) node() *node {
 	return g.n
 }
 
-func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook { return next }
+// DialHook marks a failed dial as a set-up failure (setup.go): TLS
+// handshakes run inside it, and their timeouts look like any read's. A
+// subscription's dial is left alone: its error goes to the PubSub, past no
+// hook that would remove the marker.
+func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil && isNetworkError(err) && !onStack(pubSubDialer) {
+			return nil, setupFailure(err, false)
+		}
+		return conn, err
+	}
+}
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := g.c
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
-			return next(ctx, cmd)
+			return handshake(next(ctx, cmd), isHello(cmd))
 		}
 		if c.closed.Load() {
 			// Close outranks the breaker. In Standalone and Sentinel mode
@@ -241,7 +253,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	c := g.c
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
-			return next(ctx, cmds)
+			return handshake(next(ctx, cmds), false)
 		}
 		if c.closed.Load() {
 			for _, cmd := range cmds {
@@ -260,7 +272,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && resendable(cmds) {
+		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
@@ -286,10 +298,16 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // fresh connection (HELLO, AUTH, SELECT, CLIENT SETNAME/SETINFO, READONLY).
 // Those run through the node's hooks from inside the operation that dialled,
 // which already holds the breaker's ticket; gating them again would make a
-// half-open probe reject its own handshake and never close the breaker. A
-// user sending one of them by hand bypasses the breaker too, which is
-// harmless: they are cheap and rare.
+// half-open probe reject its own handshake and never close the breaker. The
+// same commands sent by a caller, or by admission (CLIENT ID, CLIENT
+// UNBLOCK), are gated and scored like any other: the name is checked on
+// every command, and the stack only for the few that match.
 func isHandshake(cmd redis.Cmder) bool {
+	return namedLikeHandshake(cmd) && onStack(connInit)
+}
+
+// namedLikeHandshake reports whether cmd's name is one of the handshake's.
+func namedLikeHandshake(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if len(args) == 0 {
 		return false
@@ -321,6 +339,30 @@ func (g nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Outc
 	return o
 }
 
+// handshake marks the network failure of a command go-redis sent while
+// setting up a fresh connection (setup.go); first says the command was the
+// HELLO that opens the handshake, before which the server has answered
+// nothing.
+func handshake(err error, first bool) error {
+	if err != nil && isNetworkError(err) {
+		return setupFailure(err, !first)
+	}
+	return err
+}
+
+// isHello reports whether cmd, a handshake command, is HELLO.
+func isHello(cmd redis.Cmder) bool {
+	name, _ := cmd.Args()[0].(string) // isHandshake has checked there is one
+	return strings.EqualFold(name, "hello")
+}
+
+// isNetworkError reports whether err is the network's: a net.Error
+// (timeouts included) or a dropped connection.
+func isNetworkError(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || isConnReset(err)
+}
+
 // fastFail is what a command gets while the node's breaker is open.
 func (n *node) fastFail(c *Client) error {
 	c.nodes.refused(n)
@@ -338,7 +380,7 @@ func (n *node) translate(err error) error {
 	if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
 		return n.exhausted
 	}
-	return err
+	return withoutSetup(err)
 }
 
 // isExhaustion reports whether an operation found no capacity. In
@@ -367,7 +409,9 @@ func (n *node) noteExhausted(c *Client) {
 // The caller's own cancellation or deadline says nothing about the node, nor
 // does a full pool. A connection reset by a healthy server (CLIENT KILL, an
 // idle timeout) is neutral too: go-redis retries it once on the same node,
-// and if the node is really gone that retry's dial fails and counts.
+// and if the node is really gone that retry's dial fails and counts. A
+// fresh connection that fails before the server has answered anything on
+// it fails the node, reset or not (setup.go).
 func outcome(ctx context.Context, err error) breaker.Outcome {
 	switch {
 	case err == nil || err == redis.Nil:
@@ -381,6 +425,8 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, ErrClosed), errors.Is(err, ErrPoolExhausted), errors.Is(err, ErrNodeUnavailable):
 		return breaker.Neutral
+	case isUnansweredSetup(err):
+		return breaker.Failure
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
@@ -400,14 +446,19 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // same node: its connection was reset by the server (CLIENT KILL, an idle
 // timeout, a restart), and the caller still waits. Only in Standalone and
 // Sentinel mode, where go-redis's own retries are off (see build.go); the
-// cluster client's loop already retries a reset once on the same node.
+// cluster client's loop already retries a reset once on the same node. In
+// every mode, though, for a fresh connection reset before the server
+// answered anything: the breaker counts that as a failure (setup.go), and
+// must not count one that a CLIENT KILL caught in the middle of a handshake,
+// so it hears only of the retry, which such a kill rarely catches too.
 //
 // This is narrower than go-redis's MaxRetries on purpose: go-redis would also
 // retry read timeouts, doubling how long a hung server holds each caller
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
 func retryReset(c *Client, ctx context.Context, err error) bool {
-	return c.topo == nil && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) && contextDone(ctx) == nil
+	return (c.topo == nil || isUnansweredSetup(err)) && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
+		contextDone(ctx) == nil
 }
 
 // isConnReset reports whether err is an established connection dropped by the

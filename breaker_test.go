@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/faultproxy"
 	"github.com/redisguard/redisguard/internal/redistest"
 )
 
@@ -45,6 +47,9 @@ func TestOutcome(t *testing.T) {
 		{"reset: ECONNRESET", live, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, breaker.Neutral},
 		{"reset: broken pipe", live, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, breaker.Neutral},
 		{"dial refused", live, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, breaker.Failure},
+		{"reset of a fresh connection before any answer", live, setupFailure(io.EOF, false), breaker.Failure},
+		{"reset of a fresh connection after HELLO was answered", live, setupFailure(io.EOF, true), breaker.Neutral},
+		{"caller cancelled while setting up a connection", cancelled, setupFailure(timeout, false), breaker.Neutral},
 		{"read timeout", live, timeout, breaker.Failure},
 		{"wrapped read timeout", live, fmt.Errorf("ctx: %w", timeout), breaker.Failure},
 	}
@@ -285,4 +290,68 @@ func TestResetRetryHonoursNoRetry(t *testing.T) {
 	pipeline := guard.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error { return resetOnce(ctx, nil) })
 	assert.ErrorIs(t, pipeline(ctx, []redis.Cmder{redis.NewStatusCmd(ctx, "set", "a", "1"), oneShot{redis.NewCmd(ctx, "set", "k", "v")}}), io.EOF)
 	assert.Equal(t, 1, calls, "a batch holding a NoRetry command is not repeated")
+}
+
+// A node that accepts connections and closes them at once (a proxy whose
+// backend is gone) is failing, though each failure shows as a reset: a
+// connection that never completed a command was not dropped by a healthy
+// server's routine. Its breaker opens at the threshold: two GETs, each
+// retried once after its reset, and no connection after that.
+func TestNodeThatHangsUpOnConnectOpensBreaker(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	require.NoError(t, proxy.SetMode(faultproxy.Hangup))
+	c := newTestClient(t, Config{Addrs: []string{proxy.Addr()}, NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour})
+	ctx := testCtx(t, 20*time.Second)
+
+	var errs []error
+	for range 10 {
+		errs = append(errs, c.Get(ctx, "k").Err())
+	}
+	for i, err := range errs[:2] {
+		assert.ErrorIs(t, err, io.EOF, "GET %d", i)
+	}
+	for i, err := range errs[2:] {
+		assert.ErrorIs(t, err, ErrNodeUnavailable, "GET %d", i+2)
+	}
+	assert.Equal(t, 4, proxy.Stats().Accepted, "connections the proxy accepted for 10 GETs")
+	assert.Equal(t, "open", c.Stats().Nodes[0].State)
+}
+
+// A command that needed a fresh connection whose set-up failed (the
+// handshake timed out, or the TLS handshake did) was never written: it is
+// not reported as ErrOutcomeUnknown, even when it is not safe to repeat,
+// and the node is charged with the failure.
+func TestFailedConnectionSetUpIsNotOutcomeUnknown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, tc := range []struct {
+		name string
+		tls  *tls.Config
+	}{
+		{"HELLO", nil},
+		{"TLS", &tls.Config{InsecureSkipVerify: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy, err := faultproxy.New(srv.Addr)
+			require.NoError(t, err)
+			defer proxy.Close()
+			require.NoError(t, proxy.SetMode(faultproxy.Blackhole))
+			c := newTestClient(t, Config{Addrs: []string{proxy.Addr()}, TLSConfig: tc.tls,
+				DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond,
+				NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour})
+			ctx := testCtx(t, 20*time.Second)
+
+			for i := range 2 {
+				err := c.Incr(ctx, "setup:n").Err()
+				require.Error(t, err)
+				assert.NotErrorIs(t, err, ErrOutcomeUnknown, "INCR %d", i)
+				var netErr net.Error
+				assert.True(t, errors.As(err, &netErr) && netErr.Timeout(), "INCR %d: %v, want the timeout", i, err)
+			}
+			assert.ErrorIs(t, c.Incr(ctx, "setup:n").Err(), ErrNodeUnavailable)
+			assert.Zero(t, c.Stats().Nodes[0].OutcomeUnknown)
+		})
+	}
 }

@@ -10,8 +10,9 @@ import (
 // single server in Standalone, the failover client in Sentinel, and each node
 // client in Cluster through ClusterOptions.NewClient, go-redis's per-node
 // constructor. The ordinary and the long clients are both built here, so the
-// two cannot drift apart in anything but their pool size.
-func (c *Client) build(poolSize int) redis.UniversalClient {
+// two cannot drift apart in anything but their pool size and, for the long
+// one, the read timeout of Cluster batches.
+func (c *Client) build(poolSize int, long bool) redis.UniversalClient {
 	cfg := c.cfg
 	uo := c.options(poolSize)
 	switch cfg.Mode {
@@ -29,7 +30,16 @@ func (c *Client) build(poolSize int) redis.UniversalClient {
 		return cl
 	case ModeCluster:
 		co := uo.Cluster()
+		if long {
+			// go-redis reads a Cluster batch with the cluster's ReadTimeout,
+			// whatever its blocking commands wait for. The long client's
+			// batches are all blocking ones, read under the deadline
+			// admission sets (readDeadline); its node clients, which
+			// answer everything else, keep ReadTimeout.
+			co.ReadTimeout = noReadTimeout
+		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
+			opt.ReadTimeout = cfg.ReadTimeout
 			cl := redis.NewClient(opt)
 			cl.AddHook(c.nodes.guard(opt.Addr))
 			return cl
@@ -92,6 +102,10 @@ func (c *Client) sentinelOptions() *redis.Options {
 // even hears of one failure. Transient faults are covered by the one command
 // retry; persistent ones are the breaker's job.
 const dialAttempts = 1
+
+// noReadTimeout is go-redis's "no read timeout of its own": reads then end
+// at the context's deadline, if it has one.
+const noReadTimeout = -1
 
 // noPipelinePool opts out of go-redis's dedicated pipeline pool, so that
 // pipelines share the node's ordinary pool and MaxConnections is the whole

@@ -66,8 +66,16 @@ func (f *faultWindows) openAt(shard int, kind string, at time.Time) int {
 }
 
 func (f *faultWindows) close(i int) {
+	f.closeAt(i, time.Now())
+}
+
+// closeAt ends window i at t, or now if that is later.
+func (f *faultWindows) closeAt(i int, t time.Time) {
+	if now := time.Now(); t.Before(now) {
+		t = now
+	}
 	f.mu.Lock()
-	f.wins[i].end = time.Now()
+	f.wins[i].end = t
 	f.mu.Unlock()
 }
 
@@ -98,6 +106,7 @@ type chaosSchedule struct {
 	rng   *rand.Rand
 
 	log     []string     // what ran, for the report
+	open    []openWindow // windows of the fault that ran last, closed once it has healed
 	crashes int          // nodes that exited by themselves
 	lossy   map[int]bool // shards where a fault may lose acknowledged writes
 	start   time.Time
@@ -120,10 +129,38 @@ func (s *chaosSchedule) run(d time.Duration) {
 			what := s.inject(kind)
 			done[kind] = true
 			what += s.settle(s.start.Add(at))
+			s.healed()
 			s.log = append(s.log, fmt.Sprintf("%s %6.1fs %-17s %s (healed after %.1fs)", s.start.Add(at).Format("15:04:05.0"), at.Seconds(), kind, what, (time.Since(s.start)-at).Seconds()))
 		}
 	}
 }
+
+// openWindow is a window of the fault that ran last: it ends once the
+// cluster has healed, and not before notBefore.
+type openWindow struct {
+	win       int
+	notBefore time.Time
+}
+
+// healing marks window win as the last fault's, ending once the cluster has
+// healed from it (see healed), and not before notBefore: a failover or a
+// replica's resync involves both of a shard's nodes until then.
+func (s *chaosSchedule) healing(win int, notBefore time.Time) {
+	s.open = append(s.open, openWindow{win: win, notBefore: notBefore})
+}
+
+// healed closes the windows of the fault that ran last.
+func (s *chaosSchedule) healed() {
+	for _, o := range s.open {
+		s.w.faults.closeAt(o.win, o.notBefore)
+	}
+	s.open = s.open[:0]
+}
+
+// manualFailoverTimeout is Redis's CLUSTER_MF_TIMEOUT: in a graceful
+// failover the old master pauses writes until it learns it was replaced, or
+// for this long; writes it holds until then end in timeouts.
+const manualFailoverTimeout = 5 * time.Second
 
 // hold returns a fault's duration: between lo and lo+spread.
 func (s *chaosSchedule) hold(lo, spread time.Duration) time.Duration {
@@ -143,7 +180,7 @@ func (s *chaosSchedule) inject(kind string) string {
 		s.lossy[shard] = true // its replica may be promoted without the last writes
 		hold := s.hold(1500*time.Millisecond, 2*time.Second)
 		win := s.w.faults.open(shard, kind)
-		defer s.w.faults.close(win)
+		defer s.healing(win, time.Time{})
 		m.Pause(t)
 		time.Sleep(hold)
 		m.Resume(t)
@@ -154,7 +191,7 @@ func (s *chaosSchedule) inject(kind string) string {
 			return fmt.Sprintf("skipped: shard %d has no replica", shard)
 		}
 		win := s.w.faults.open(shard, kind)
-		defer s.w.faults.close(win)
+		defer s.healing(win, time.Time{})
 		r.Kill(t)
 		time.Sleep(s.hold(500*time.Millisecond, time.Second))
 		r.Restart(t)
@@ -165,7 +202,7 @@ func (s *chaosSchedule) inject(kind string) string {
 			return fmt.Sprintf("skipped: shard %d has no master", shard)
 		}
 		win := s.w.faults.open(shard, kind)
-		defer s.w.faults.close(win)
+		defer s.healing(win, time.Time{})
 		killed := 0
 		for range 3 {
 			killed += killClients(m, chaosName)
@@ -183,7 +220,11 @@ func (s *chaosSchedule) inject(kind string) string {
 			s.lossy[shard] = true // no handshake: the last writes may not have reached the replica
 		}
 		win := s.w.faults.open(shard, kind)
-		defer s.w.faults.close(win)
+		var paused time.Time // until which the old master may hold writes
+		if kind == "graceful-failover" {
+			paused = time.Now().Add(manualFailoverTimeout)
+		}
+		defer s.healing(win, paused)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := r.Admin().Do(ctx, args...).Err(); err != nil {
@@ -200,7 +241,7 @@ func (s *chaosSchedule) inject(kind string) string {
 	case "blackhole":
 		hold := s.hold(1500*time.Millisecond, 1500*time.Millisecond)
 		win := s.w.faults.open(sideShard, kind)
-		defer s.w.faults.close(win)
+		defer s.healing(win, time.Time{})
 		if err := s.proxy.SetMode(faultproxy.Blackhole); err != nil {
 			t.Fatal(err)
 		}

@@ -50,7 +50,15 @@ const (
 	chaosKeys     = 16 // keys per kv worker
 	chaosQueues   = 6
 	chaosChannel  = "chaos:channel"
+	// chaosACLUser may run every command but the dangerous ones: no CLIENT
+	// UNBLOCK, no CLIENT KILL. Part of the traffic runs as this user.
+	chaosACLUser     = "chaos-acl"
+	chaosACLPassword = "chaos-acl-pw"
 )
+
+// chaosACLArgs creates chaosACLUser on a server from its command line, so
+// that a restarted node has it too.
+var chaosACLArgs = []string{"--user", chaosACLUser, "on", ">" + chaosACLPassword, "~*", "&*", "+@all", "-@dangerous"}
 
 // sideShard is the shard number of the standalone server behind the proxy.
 const sideShard = 3
@@ -82,8 +90,9 @@ func TestChaos(t *testing.T) {
 	faultFor, seed := chaosDuration(t), chaosSeedValue(t)
 	t.Logf("chaos: seed %d, %v of faults (replay: REDISGUARD_CHAOS_SEED=%d REDISGUARD_CHAOS=%v)", seed, faultFor, seed, faultFor)
 
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
-	side := redistest.StartServer(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second,
+		Args: chaosACLArgs})
+	side := redistest.StartServer(t, chaosACLArgs...)
 	proxy, err := faultproxy.New(side.Addr)
 	require.NoError(t, err)
 	defer proxy.Close()
@@ -102,8 +111,13 @@ func TestChaos(t *testing.T) {
 	}
 	c, err := NewClient(cfg)
 	require.NoError(t, err)
+	aclCfg := cfg
+	aclCfg.Username, aclCfg.Password = chaosACLUser, chaosACLPassword
+	ac, err := NewClient(aclCfg)
+	require.NoError(t, err)
 	sideCfg := Config{
 		Addrs: []string{proxy.Addr()}, ClientName: chaosSideName,
+		Username: chaosACLUser, Password: chaosACLPassword,
 		// Above the stalls an in-process proxy sees on 2 CPUs under -race.
 		ReadTimeout: 1500 * time.Millisecond, PoolTimeout: time.Second,
 		NodeFailureThreshold: 3, NodeRecoveryTime: 500 * time.Millisecond,
@@ -114,11 +128,12 @@ func TestChaos(t *testing.T) {
 	defer func() {
 		if !closed {
 			_ = c.Close()
+			_ = ac.Close()
 			_ = sc.Close()
 		}
 	}()
 
-	w := newChaosWorld(c, sc, cl, shardOf)
+	w := newChaosWorld(c, ac, sc, cl, shardOf)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { // on a failed require below, stop the workload before the cluster goes
@@ -157,6 +172,7 @@ func TestChaos(t *testing.T) {
 
 	closeStart := time.Now()
 	require.NoError(t, c.Close())
+	require.NoError(t, ac.Close())
 	require.NoError(t, sc.Close())
 	closed = true
 	closeTook := time.Since(closeStart)
@@ -192,7 +208,8 @@ func TestChaos(t *testing.T) {
 	assert.Empty(t, conns, "connections left on the servers after Close")
 	assert.LessOrEqual(t, endHeap, chaosHeap*warmHeap, "heap grew: %d after warm-up, %d after the run", warmHeap, endHeap)
 	assert.NotZero(t, r.ok, "nothing succeeded: the workload never ran")
-	for _, k := range []string{"kv", "pipeline", "tx", "push", "pop", "side"} {
+	for _, k := range []string{"kv", "pipeline", "tx", "push", "pop", "pop-do", "pop-pipeline", "pop-cancel",
+		"acl-pop", "acl-pop-do", "acl-pop-pipeline", "acl-pop-cancel", "side", "side-pop"} {
 		assert.NotZero(t, r.okBy[k], "no %s op succeeded", k)
 	}
 	assert.NotZero(t, r.received, "the subscriber received nothing")

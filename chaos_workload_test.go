@@ -25,6 +25,7 @@ import (
 // chaosWorld is the workload and what it recorded.
 type chaosWorld struct {
 	c, side *Client
+	acl     *Client        // the cluster client of chaosACLUser, denied CLIENT UNBLOCK and CLIENT KILL
 	shardOf []int          // slot -> shard
 	nodeOf  map[string]int // node address -> shard, for errors that name their node
 
@@ -60,14 +61,14 @@ type chaosWorld struct {
 	subErrs                     atomic.Int64
 }
 
-func newChaosWorld(c, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
+func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
 	nodeOf := map[string]int{}
 	for i := range cl.Masters {
 		nodeOf[cl.Masters[i].Addr] = i
 		nodeOf[cl.Replicas[i].Addr] = i
 	}
 	return &chaosWorld{
-		c: c, side: side, shardOf: shardOf, nodeOf: nodeOf,
+		c: c, acl: acl, side: side, shardOf: shardOf, nodeOf: nodeOf,
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 	}
@@ -85,7 +86,9 @@ func (w *chaosWorld) ack(key string, v int64) {
 
 // start launches the 100 goroutines: 68 cluster kv workers (GET/SET,
 // pipelines, transactions, PUBLISH), 10 RPUSH/BLPOP pairs, 10 workers on the
-// proxied standalone server, a subscriber, and Healthy every 200ms.
+// proxied standalone server, a subscriber, and Healthy every 200ms. A
+// quarter of the kv workers, half of the pairs and every worker on the
+// proxied server run as chaosACLUser.
 func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 	const kv, pairs, side = 68, 10, 10
 	spawn := func(id int, fn func(id int, rng *rand.Rand, stop <-chan struct{})) {
@@ -144,7 +147,17 @@ func opCtx() (context.Context, context.CancelFunc, time.Time, time.Time) {
 	return ctx, cancel, t0, dl
 }
 
+// client returns the cluster client worker id runs on: every few, the ACL
+// user's.
+func (w *chaosWorld) client(id, every int) *Client {
+	if id%every == 0 {
+		return w.acl
+	}
+	return w.c
+}
+
 func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
+	c := w.client(id, 4)
 	keys := make([]string, chaosKeys)
 	for i := range keys {
 		keys[i] = "chaos:kv:" + strconv.Itoa(id) + ":" + strconv.Itoa(i)
@@ -158,18 +171,18 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 		case p < 35:
 			k := keys[rng.IntN(len(keys))]
 			next++
-			err := w.c.Set(ctx, k, next, 0).Err()
+			err := c.Set(ctx, k, next, 0).Err()
 			if err == nil {
 				w.ack(k, next)
 			}
 			w.record("kv", w.shard(k), t0, dl, err)
 		case p < 60:
 			k := keys[rng.IntN(len(keys))]
-			w.record("kv", w.shard(k), t0, dl, w.c.Get(ctx, k).Err())
+			w.record("kv", w.shard(k), t0, dl, c.Get(ctx, k).Err())
 		case p < 80:
 			batch := make([]string, 4)
 			vals := make([]int64, len(batch))
-			cmds, _ := w.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i := range batch {
 					batch[i] = keys[rng.IntN(len(keys))]
 					next++
@@ -186,7 +199,7 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 			}
 		case p < 95:
 			var incr *redis.IntCmd
-			_, err := w.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				incr = p.Incr(ctx, txKey+":n")
 				p.Set(ctx, txKey+":at", t0.UnixNano(), 0)
 				return nil
@@ -196,7 +209,7 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 			}
 			w.record("tx", w.shard(txKey), t0, dl, err)
 		default:
-			err := w.c.Publish(ctx, chaosChannel, id).Err()
+			err := c.Publish(ctx, chaosChannel, id).Err()
 			if err == nil {
 				w.published.Add(1)
 			}
@@ -207,15 +220,23 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 
 func queueKey(i int) string { return "chaos:queue:" + strconv.Itoa(i) }
 
+// rareQueue is fed by one push in twenty: pops on it mostly wait, so that
+// their contexts end while they do.
+var rareQueue = queueKey(chaosQueues)
+
 func (w *chaosWorld) pusher(id int, rng *rand.Rand, stop <-chan struct{}) {
+	c := w.client(id/2, 2) // ids alternate between pushers and poppers
 	n := 0
 	loop(rng, stop, func() {
 		ctx, cancel, t0, dl := opCtx()
 		defer cancel()
 		q := queueKey(rng.IntN(chaosQueues))
+		if rng.IntN(20) == 0 {
+			q = rareQueue
+		}
 		n++
 		item := strconv.Itoa(id) + ":" + strconv.Itoa(n)
-		err := w.c.RPush(ctx, q, item).Err()
+		err := c.RPush(ctx, q, item).Err()
 		w.popMu.Lock()
 		rec := w.items[itemID(id, n)]
 		// A fault on the queue's node (CLIENT KILL, a pause) may drop the
@@ -229,16 +250,76 @@ func (w *chaosWorld) pusher(id int, rng *rand.Rand, stop <-chan struct{}) {
 	})
 }
 
-func (w *chaosWorld) popper(_ int, rng *rand.Rand, stop <-chan struct{}) {
+// popper pops as a consumer would, in every way a blocking call can be
+// sent: BLPop, BLPOP through Do, two pops in one pipeline, and pops whose
+// context ends while they wait, by its deadline or by cancel() alone with
+// no deadline (BLPOP 0). Half of them run as chaosACLUser, whose cancelled
+// calls CLIENT UNBLOCK cannot end.
+func (w *chaosWorld) popper(id int, rng *rand.Rand, stop <-chan struct{}) {
+	c, prefix := w.c, ""
+	if w.client(id/2, 2) == w.acl { // ids alternate between pushers and poppers
+		c, prefix = w.acl, "acl-"
+	}
 	loop(rng, stop, func() {
 		ctx, cancel, t0, dl := opCtx()
 		defer cancel()
 		q := queueKey(rng.IntN(chaosQueues))
-		res, err := w.c.BLPop(ctx, time.Second, q).Result()
-		if err == nil {
-			w.pop(res[1], w.faults.active(w.shard(q), t0, time.Now(), lossyKinds...))
+		shard := w.shard(q)
+		popped := func(res []string, err error) {
+			if err == nil && len(res) == 2 {
+				w.pop(res[1], w.faults.active(shard, t0, time.Now(), lossyKinds...))
+			}
 		}
-		w.record("pop", w.shard(q), t0, dl, err)
+		switch rng.IntN(5) {
+		case 0:
+			res, err := c.BLPop(ctx, time.Second, q).Result()
+			popped(res, err)
+			w.record(prefix+"pop", shard, t0, dl, err)
+		case 1:
+			res, err := c.Do(ctx, "blpop", q, 1).StringSlice()
+			popped(res, err)
+			w.record(prefix+"pop-do", shard, t0, dl, err)
+		case 2:
+			cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.BLPop(ctx, 500*time.Millisecond, q)
+				p.Do(ctx, "blpop", q, "0.5")
+				return nil
+			})
+			for _, cmd := range cmds {
+				var res []string
+				var err error
+				switch cmd := cmd.(type) {
+				case *redis.StringSliceCmd:
+					res, err = cmd.Result()
+				case *redis.Cmd:
+					res, err = cmd.StringSlice()
+				}
+				popped(res, err)
+				w.record(prefix+"pop-pipeline", shard, t0, dl, err)
+			}
+		case 3:
+			if rng.IntN(2) == 0 {
+				q, shard = rareQueue, w.shard(rareQueue)
+			}
+			short, cancelShort := context.WithTimeout(ctx, time.Duration(200+rng.IntN(500))*time.Millisecond)
+			dl, _ = short.Deadline()
+			res, err := c.BLPop(short, 2*time.Second, q).Result()
+			cancelShort()
+			popped(res, err)
+			w.record(prefix+"pop-cancel", shard, t0, dl, err)
+		default:
+			if rng.IntN(2) == 0 {
+				q, shard = rareQueue, w.shard(rareQueue)
+			}
+			cctx, cancelNow := context.WithCancel(ctx)
+			after := time.Duration(200+rng.IntN(500)) * time.Millisecond
+			timer := time.AfterFunc(after, cancelNow)
+			res, err := c.BLPop(cctx, 0, q).Result()
+			timer.Stop()
+			cancelNow()
+			popped(res, err)
+			w.record(prefix+"pop-cancel", shard, t0, t0.Add(after), err)
+		}
 	})
 }
 
@@ -284,20 +365,43 @@ func (w *chaosWorld) pop(item string, lossy bool) {
 	w.items[id] = rec
 }
 
+// sideWorker runs on the proxied standalone server, as chaosACLUser:
+// SET, GET, and now and then a short BLPOP on an empty list, through Do or
+// in a pipeline, whose context may end first.
 func (w *chaosWorld) sideWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 	k := "chaos:side:" + strconv.Itoa(id)
+	q := "chaos:side:queue:" + strconv.Itoa(id)
 	var next int64
 	loop(rng, stop, func() {
 		ctx, cancel, t0, dl := opCtx()
 		defer cancel()
 		var err error
-		if rng.IntN(2) == 0 {
+		switch p := rng.IntN(10); {
+		case p < 4:
 			next++
 			if err = w.side.Set(ctx, k, next, 0).Err(); err == nil {
 				w.ack("side|"+k, next)
 			}
-		} else {
+		case p < 8:
 			err = w.side.Get(ctx, k).Err()
+		case p < 9:
+			_, err = w.side.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Get(ctx, k)
+				p.Do(ctx, "blpop", q, "0.2")
+				return nil
+			})
+			if err == redis.Nil {
+				err = nil
+			}
+			w.record("side-pop", sideShard, t0, dl, err)
+			return
+		default:
+			short, cancelShort := context.WithTimeout(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond)
+			dl, _ = short.Deadline()
+			err = w.side.Do(short, "blpop", q, 1).Err()
+			cancelShort()
+			w.record("side-pop", sideShard, t0, dl, err)
+			return
 		}
 		w.record("side", sideShard, t0, dl, err)
 	})
@@ -398,7 +502,7 @@ func (w *chaosWorld) drainQueues(t *testing.T) int {
 	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
 	left := 0
-	for i := range chaosQueues {
+	for i := range chaosQueues + 1 { // rareQueue included
 		items, err := w.c.LRange(ctx, queueKey(i), 0, -1).Result()
 		require.NoError(t, err)
 		for _, it := range items {

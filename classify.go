@@ -208,19 +208,25 @@ func classOf(k commandKind, args []interface{}) cmdClass {
 // blocking costs a long permit, erring the other way lets blocking calls
 // starve ordinary traffic.
 func hasBlockOption(args []interface{}, start int, options []keyword) bool {
+	return blockOption(args, start, options) >= 0
+}
+
+// blockOption returns the position of BLOCK in the option section
+// args[start:] (see hasBlockOption), or -1.
+func blockOption(args []interface{}, start int, options []keyword) int {
 	for i := start; i < len(args); i++ {
 		switch argKeyword(args[i], options) {
 		case optBlock:
-			return true
+			return i
 		case optEnd:
-			return false
+			return -1
 		case optSkip1:
 			i++
 		case optSkip2:
 			i += 2
 		}
 	}
-	return false
+	return -1
 }
 
 // isTxBatch reports whether cmds is a transaction as go-redis sends one:

@@ -84,7 +84,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	}
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c)
-	c.UniversalClient = c.build(resolved.MaxConnections)
+	c.UniversalClient = c.build(resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node
 	// client in Cluster mode; registered before any node client exists.
@@ -146,14 +146,14 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c := h.c
-	inWatch := c.adm.buildingWatch()
+	maybeTx := c.adm.buildingWatch()
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if c.closed.Load() {
 			return ErrClosed
 		}
 		// One classification per command; ordinary ones go straight on.
 		if class := classifyCmd(cmd); class != classOrdinary {
-			return c.translate(ctx, c.adm.process(ctx, cmd, class, inWatch))
+			return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
 		}
 		err := next(ctx, cmd)
 		if err == nil {
@@ -165,7 +165,7 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
-	inWatch := c.adm.buildingWatch()
+	maybeTx := c.adm.buildingWatch()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if c.closed.Load() {
 			for _, cmd := range cmds {
@@ -177,7 +177,7 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		// Redis never blocks within EXEC.
 		var err error
 		if batchIsBlocking(cmds) {
-			err = c.adm.processBatch(ctx, cmds, inWatch)
+			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
 		} else {
 			err = next(ctx, cmds)
 		}
@@ -220,10 +220,16 @@ func (c *Client) translate(ctx context.Context, err error) error {
 	return err
 }
 
-// contextDone returns ctx's error once it is done, and DeadlineExceeded as
-// soon as its deadline has passed: go-redis sets the socket deadline from the
-// context, and the socket can fire a hair before the context's own timer.
+// contextDone returns the caller's context's error once it is done, and
+// DeadlineExceeded as soon as its deadline has passed: go-redis sets the
+// socket deadline from the context, and the socket can fire a hair before
+// the context's own timer. A context admission derived for a long call
+// (withCaller) answers for the caller's: its own deadline is a read budget,
+// and a server that overruns it is failing, not the caller giving up.
 func contextDone(ctx context.Context) error {
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		ctx = caller
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -231,6 +237,15 @@ func contextDone(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// callerKey keys the caller's own context in one derived from it.
+type callerKey struct{}
+
+// withCaller returns derived, marked as derived from caller (see
+// contextDone).
+func withCaller(derived, caller context.Context) context.Context {
+	return context.WithValue(derived, callerKey{}, caller)
 }
 
 // isRedisReply reports whether err is an error reply from the server.

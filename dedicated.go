@@ -3,44 +3,60 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // dedicated is one long connection, kept across calls so that its CLIENT ID
-// is learned once.
+// is learned once. It is the only connection of a go-redis client of its
+// own, whose dial it watches: go-redis offers no way to close a pooled
+// connection under a read in progress, and a cancelled call that CLIENT
+// UNBLOCK cannot end must be cut off at once (see sever).
 //
-// Its fields are fixed at creation; the call that took it from the idle
-// list owns it until put.
+// Its fields but the socket are fixed at creation; the call that took it
+// from the idle list owns it until put or discard.
 type dedicated struct {
-	node *redis.Client // the node's long client; CLIENT UNBLOCK goes through its pool
-	conn *redis.Conn   // holds one connection of node's pool for its whole life
-	id   int64         // the connection's CLIENT ID; 0 if the server has none (Redis numbers clients from 1)
-	key  string        // node address: the idle list it returns to
+	control *redis.Client // the node's long client: CLIENT UNBLOCK goes through its pool
+	client  *redis.Client // this connection's client, one connection in its pool
+	conn    *redis.Conn   // holds that connection for the dedicated's whole life
+	id      int64         // the connection's CLIENT ID; 0 if the server has none (Redis numbers clients from 1)
+	key     string        // node address: the idle list it returns to
+
+	mu      sync.Mutex
+	sock    *socket // guarded by mu: the socket under conn, once dialled
+	severed bool    // guarded by mu
 }
 
-// onDedicated runs do on a dedicated connection to node, and once more on a
-// fresh one if an idle connection turns out to have died meanwhile (a server
-// idle timeout, CLIENT KILL): go-redis would retry a pooled one the same way.
-func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, do func(context.Context, *redis.Conn) error) error {
+// onDedicated runs do, which sends cmds, on a dedicated connection to node,
+// and once more on a fresh one if an idle connection turns out to have died
+// meanwhile (a server idle timeout, CLIENT KILL), as go-redis would retry a
+// pooled one: provided that cmds may be sent again, or cannot have run (see
+// resendable and mayHaveRun), as the node guard's reset retry decides.
+func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, cmds []redis.Cmder,
+	do func(context.Context, *redis.Conn) error) error {
 	for attempt := 0; ; attempt++ {
 		d, reused, err := a.take(ctx, node, key)
 		if err != nil {
 			return err
 		}
-		cancelled, err := a.run(ctx, d, do)
+		cancelled, err := a.run(ctx, d, cmds, do)
 		if cancelled {
-			// CLIENT UNBLOCK was sent for this call (see run). If the server
-			// answered, it answers the kill too: kill before returning, so
-			// the held command is dropped before anything else can happen.
-			a.discard(d, reusable(err))
+			// CLIENT UNBLOCK was sent for this call, or its socket was
+			// closed (see run). -UNBLOCKED does not prove the connection
+			// clean: a command the server had postponed (a write pause)
+			// answers -UNBLOCKED on Redis 7.0 and still runs when the pause
+			// ends, with a second reply. Closed, the connection is gone for
+			// the server too, and so is the postponed command.
+			a.discard(d)
 		} else {
 			a.put(d, reusable(err)) // d may serve another call from here on
 		}
-		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) {
+		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) &&
+			(resendable(cmds) || !mayHaveRun(ctx, err)) {
 			continue
 		}
 		if !cancelled {
@@ -73,60 +89,67 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 		return d, true, nil
 	}
 	a.mu.Unlock()
-	conn := node.Conn()
-	// The first command claims the connection and learns the id the server
-	// knows it by. A server or proxy without CLIENT ID (miniredis, some
-	// managed proxies) answers with an error reply; the connection then
-	// works as go-redis's would, cancelled by deadlines only.
-	id, err := conn.ClientID(ctx).Result()
-	if err != nil && !isRedisReply(err) {
-		_ = conn.Close()
-		return nil, false, err
-	}
-	return &dedicated{node: node, conn: conn, id: id, key: key}, false, nil
+	d, err = a.open(ctx, node, key)
+	return d, false, err
 }
 
-// discard ends d for good: CLIENT KILL, then the Conn is closed. Closing a
-// go-redis Conn alone hands its TCP connection back to the node client's
-// pool, CLIENT ID and all, where the next call (or a late CLIENT UNBLOCK
-// meant for this one) would find it, and where a command the server still
-// holds postponed on it could answer later. Killed, it is dead: the pool's
-// health check drops it, and the server drops the postponed command.
+// open dials a dedicated connection to node, with node's options but for
+// its pool of one and its reads, which have no timeout of their own: the
+// socket caps their deadlines instead (see socket), at ReadTimeout after the
+// dial for the set-up, and for each call at the deadline run sets.
 //
-// With answering true (the server has just replied on d) the kill is sent
-// before discard returns, bounded by discardWait; otherwise, or if that
-// runs out, it goes on in the background, owned by Close, so that a
-// cancelled caller never waits on a hung server.
-func (a *admission) discard(d *dedicated, answering bool) {
-	kill := func(wait time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		return d.node.ClientKillByFilter(ctx, "ID", strconv.FormatInt(d.id, 10)).Err()
-	}
-	if answering {
-		if err := kill(discardWait); err == nil || isRedisReply(err) {
-			_ = d.conn.Close()
-			return
-		}
-	}
+// The first command claims the connection and learns the id the server
+// knows it by. A server or proxy without CLIENT ID (miniredis, some managed
+// proxies) answers with an error reply; a cancelled call is then ended by
+// closing its connection. Any other failure is the connection's set-up
+// failing: the caller's command was not sent.
+func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
+	opt := *node.Options()
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
+	opt.PipelinePoolSize = noPipelinePool
+	opt.MaxRetries = -1             // Options were resolved once already: 0 would now mean three
+	opt.ReadTimeout = noReadTimeout // the socket caps every read instead
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	d := &dedicated{control: node, key: key}
+	d.client = redis.NewClient(&opt)
+	d.client.AddHook(a.guard(opt.Addr))
+	d.client.AddHook(socketHook{d: d, timeout: a.c.cfg.ReadTimeout})
+	d.conn = d.client.Conn()
+
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		_ = d.conn.Close()
-		return
+		d.close()
+		return nil, ErrClosed
 	}
-	a.loops.Add(1)
+	a.live[d] = struct{}{}
 	a.mu.Unlock()
-	go func() {
-		defer a.loops.Done()
-		defer d.conn.Close()
-		_ = kill(unblockGrace)
-	}()
+
+	stop := context.AfterFunc(ctx, d.sever) // cancelled while the server does not answer
+	id, err := d.conn.ClientID(withCaller(ctx, ctx)).Result()
+	stop()
+	if err != nil && !isRedisReply(err) {
+		a.discard(d)
+		return nil, setupFailure(err, d.answered())
+	}
+	d.id = id
+	return d, nil
 }
 
-// discardWait bounds the kill a cancelled caller waits for: well inside the
-// 100ms by which a call may outlive its context.
-const discardWait = 50 * time.Millisecond
+// close ends d for good.
+func (d *dedicated) close() {
+	d.sever()
+	_ = d.conn.Close()
+	_ = d.client.Close()
+}
+
+// discard closes d for good.
+func (a *admission) discard(d *dedicated) {
+	a.mu.Lock()
+	delete(a.live, d)
+	a.mu.Unlock()
+	d.close()
+}
 
 // put keeps d for the next call when reuse is true, and closes it
 // otherwise.
@@ -140,35 +163,33 @@ func (a *admission) put(d *dedicated, reuse bool) {
 		}
 		a.mu.Unlock()
 	}
-	_ = d.conn.Close()
+	a.discard(d)
 }
 
-// run executes do on d so that cancelling ctx ends the call without losing
-// data and without leaving a reply behind for the next caller.
+// run executes do, which sends cmds, on d so that cancelling ctx ends the
+// call without losing data and without leaving a reply behind for the next
+// caller, and so that the call's replies are awaited as long as its
+// blocking commands may rightly wait (see readDeadline).
 //
 // go-redis reads a reply until the socket deadline it derives from ctx and
 // does not watch for cancellation. Were the socket deadline to fire first,
 // an element popped at that instant would be lost with the abandoned
-// connection. So the read runs under a context without ctx's cancellation
-// and with a deadline unblockGrace later, and when ctx ends, CLIENT UNBLOCK
-// ... ERROR on another connection makes the server end the call before it
-// pops anything (see unblock). The reply (-UNBLOCKED, or an element that won
-// the race) is then read as usual. cancelled reports whether that happened;
-// the caller maps the result and discards the connection: -UNBLOCKED does
-// not prove it clean. On a command the server had postponed (a write pause),
-// Redis 7.0 answers -UNBLOCKED and still keeps the command, to run it when
-// the pause ends, with a second reply; killing the connection makes the
-// server drop the command instead (found by the chaos soak, see
-// TestCancelledPostponedBlockingCallLeavesNoReplyBehind).
-func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Context, *redis.Conn) error) (cancelled bool, err error) {
-	if ctx.Done() == nil || d.id == 0 {
-		return false, do(ctx, d.conn)
+// connection. So the read runs under a context without ctx's cancellation,
+// and when ctx ends, CLIENT UNBLOCK ... ERROR on another connection makes
+// the server end the call before it pops anything (see interrupt). The
+// reply (-UNBLOCKED, or an element that won the race) is then read as
+// usual. Where UNBLOCK cannot end the call promptly, interrupt closes the
+// connection instead. cancelled reports whether either happened; the
+// caller maps the result and discards the connection.
+func (a *admission) run(ctx context.Context, d *dedicated, cmds []redis.Cmder, do func(context.Context, *redis.Conn) error) (cancelled bool, err error) {
+	runCtx := withCaller(context.WithoutCancel(ctx), ctx)
+	deadline, ok := a.readDeadline(cmds)
+	if mine, has := ctx.Deadline(); has && (!ok || mine.Add(unblockGrace).Before(deadline)) {
+		deadline = mine.Add(unblockGrace) // a backstop: interrupt ends the call sooner
 	}
-	runCtx := context.WithoutCancel(ctx)
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithDeadline(runCtx, deadline.Add(unblockGrace))
-		defer cancel()
+	d.readsBy(deadline)
+	if ctx.Done() == nil {
+		return false, do(runCtx, d.conn)
 	}
 	finished := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -180,16 +201,26 @@ func (a *admission) run(ctx context.Context, d *dedicated, do func(context.Conte
 		a.loops.Add(1)
 		a.mu.Unlock()
 		defer a.loops.Done()
-		a.unblock(d, finished)
+		a.interrupt(d, finished)
 	})
 	err = do(runCtx, d.conn)
 	close(finished)
 	if stop() {
 		return false, err
 	}
-	// The connection is thrown away, so it need not wait for an unblock
-	// loop stuck on a hung server; Close waits for it instead.
 	return true, err
+}
+
+// readDeadline is when the replies of cmds, sent now, are overdue: their
+// blocking commands' own timeouts (batchWait) plus ReadTimeout; the zero
+// time, and ok false, when one of them may wait forever. Waiting until then
+// is not failing; a server that has not answered by then is failing.
+func (a *admission) readDeadline(cmds []redis.Cmder) (deadline time.Time, ok bool) {
+	wait, forever := batchWait(cmds)
+	if forever {
+		return time.Time{}, false
+	}
+	return time.Now().Add(wait + a.c.cfg.ReadTimeout), true
 }
 
 // isUnblocked reports whether err is the -UNBLOCKED reply that CLIENT
@@ -202,33 +233,59 @@ func isUnblocked(err error) bool {
 // that ended with err: a reply, even an error reply, was read in full.
 func reusable(err error) bool { return err == nil || err == redis.Nil || isRedisReply(err) }
 
-// unblock sends CLIENT UNBLOCK <id> ERROR for d until its call returns.
+// interrupt ends the call on d whose context was cancelled, and returns
+// once finished is closed or the call is cut off. The call must end within
+// unblockGrace of the cancellation, whatever the server's state or the
+// user's permissions.
 //
-// ERROR, not TIMEOUT: a command the server has postponed (a write pause
-// during CLUSTER FAILOVER, CLIENT PAUSE WRITE) is blocked without a timeout
-// handler, and UNBLOCK ... TIMEOUT on it crashes Redis before 8.2 and Valkey
-// before 8.1.2 ("Unknown btype in replyToBlockedClientTimedOut"; redis#14164,
-// valkey#2117). The chaos soak found it. ERROR ends a blocked BLPOP without
-// popping anything, just as TIMEOUT does, with an -UNBLOCKED reply that run's
-// caller maps to ctx.Err(); on a postponed command it answers -UNBLOCKED to a
-// command that never ran, which is just as safe. UNBLOCK
-// answers 0 while the command has not reached the server yet, so it is
-// retried with a growing back-off; a batch may also hold several blocking
-// commands in turn. The connection is never killed instead: a call that is
-// not blocked may have its reply on the way, and killing would lose it. A
-// command UNBLOCK cannot end (a module's that refuses) runs to its own
-// timeout or the socket deadline.
+// It sends CLIENT UNBLOCK <id> ERROR until the call returns. ERROR, not
+// TIMEOUT: a command the server has postponed (a write pause during CLUSTER
+// FAILOVER, CLIENT PAUSE WRITE) is blocked without a timeout handler, and
+// UNBLOCK ... TIMEOUT on it crashes Redis before 8.2 and Valkey before 8.1.2
+// ("Unknown btype in replyToBlockedClientTimedOut"; redis#14164,
+// valkey#2117). ERROR ends a blocked BLPOP without popping anything, just
+// as TIMEOUT does, with an -UNBLOCKED reply that run's caller maps to
+// ctx.Err(); on a postponed command it answers -UNBLOCKED to a command that
+// never ran, which is just as safe. UNBLOCK answers 0 while the command has
+// not reached the server yet, so it is retried with a growing back-off; a
+// batch may also hold several blocking commands in turn. The connection is
+// not closed while UNBLOCK works: a call that is not blocked may have its
+// reply on the way, and closing would lose it.
+//
+// The connection is closed at once (sever) when UNBLOCK cannot be used: the
+// server has no CLIENT ID, or refused UNBLOCK with an error reply (a user
+// without the permission, ACL -@dangerous; a proxy without the command),
+// which is remembered for every later call rather than asked again. It is
+// closed too when UNBLOCK does not answer within unblockGrace (a hung
+// server), or has not ended the call within unblockGrace of its
+// cancellation (a command UNBLOCK cannot end). Closed, a BLPOP that has not
+// popped yet never will; one popped at that very instant is lost with the
+// connection, the price of returning at all.
 //
 // Real time paces the loop: this is network back-off, not logic under test.
-func (a *admission) unblock(d *dedicated, finished <-chan struct{}) {
+func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
+	if d.id == 0 || a.noUnblock.Load() {
+		d.sever()
+		return
+	}
+	giveUp := time.Now().Add(unblockGrace)
 	wait := time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), unblockGrace)
-		if n, err := d.node.ClientUnblockWithError(ctx, d.id).Result(); err == nil && n == 1 {
+		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
+		n, err := d.control.ClientUnblockWithError(ctx, d.id).Result()
+		cancel()
+		switch {
+		case isRedisReply(err):
+			a.noUnblock.Store(true)
+			d.sever()
+			return
+		case err != nil:
+			d.sever() // no answer in time, or the client is closing
+			return
+		case n == 1:
 			wait = time.Millisecond // the reply is coming; the next command may block too
 		}
-		cancel()
-		t := time.NewTimer(wait)
+		t := time.NewTimer(min(wait, time.Until(giveUp)))
 		select {
 		case <-finished:
 			t.Stop()
@@ -237,6 +294,10 @@ func (a *admission) unblock(d *dedicated, finished <-chan struct{}) {
 			t.Stop()
 			return
 		case <-t.C:
+		}
+		if !time.Now().Before(giveUp) {
+			d.sever()
+			return
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}

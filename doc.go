@@ -49,7 +49,9 @@
 //
 // A Client runs no background loops. The only goroutines it starts are
 // short-lived and owned: the CLIENT UNBLOCK sender of a cancelled blocking
-// call, which Close waits for, and the parallel slot-ownership queries of a
-// divergence decision, which end before the command returns. go-redis's own reload goroutines end by themselves,
-// and Close closes every pool.
+// call, which Close waits for, the closer of a dedicated connection whose
+// set-up a cancellation cut short, which only closes a socket, and the
+// parallel slot-ownership queries of a divergence decision, which end
+// before the command returns. go-redis's own reload goroutines end by
+// themselves, and Close closes every pool.
 package redisguard

@@ -115,7 +115,9 @@ type Config struct {
 	DialTimeout time.Duration
 
 	// ReadTimeout bounds waiting for a reply. Blocking commands get their own
-	// timeout plus this. A context deadline that comes sooner wins.
+	// timeout plus this, however they are sent (typed, Do, in a pipeline,
+	// whose blocking commands' timeouts add up); a timeout of 0 waits
+	// forever. A context deadline that comes sooner wins.
 	// default: DefaultReadTimeout (3s)
 	ReadTimeout time.Duration
 

@@ -27,11 +27,12 @@ import (
 
 // mayHaveRun reports whether a command that failed with err may have reached
 // the server and run there: a network error or timeout after the write.
-// Dials, pool timeouts, failed writes, the caller's own context and replies
-// say the command did not run, or that it did and the caller was told.
+// Dials, failed connection set-ups, pool timeouts, failed writes, the
+// caller's own context and replies say the command did not run, or that it
+// did and the caller was told.
 func mayHaveRun(ctx context.Context, err error) bool {
 	if err == nil || err == redis.Nil || isRedisReply(err) || contextDone(ctx) != nil ||
-		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || isGuardError(err) {
+		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || isGuardError(err) || isSetupFailure(err) {
 		return false
 	}
 	var opErr *net.OpError

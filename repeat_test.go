@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -297,4 +298,60 @@ func TestLostReplyRepeatsSafeCommands(t *testing.T) {
 		})
 	}
 	assert.Zero(t, guarded.Stats().Nodes[0].OutcomeUnknown)
+}
+
+// A blocking batch runs on a dedicated connection, which is replaced once
+// when the server has dropped it; that replacement resends the batch only if
+// it may be repeated. Here the server kills the connection while the batch's
+// BLPOP waits, after its INCR ran: resent, the INCR would count twice. A
+// batch that is safe to repeat is still resent.
+func TestBlockingBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1})
+	ctx := testCtx(t, 30*time.Second)
+	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "resend:warm")) // the one dedicated connection, now idle
+
+	killBlocked := func() {
+		waitBlocked(t, srv, 1)
+		list, err := srv.Admin().ClientList(ctx).Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " cmd=blpop ") {
+				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+				require.NoError(t, srv.Admin().Do(ctx, "client", "kill", "id", id).Err())
+				return
+			}
+		}
+		t.Fatal("no blocked client to kill")
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, "resend:n")
+			p.BLPop(ctx, 2*time.Second, "resend:q")
+			return nil
+		})
+		done <- err
+	}()
+	killBlocked()
+	err := <-done
+	require.Error(t, err)
+	assert.True(t, isConnReset(err), "the batch keeps its network error: %v", err)
+	n, err := srv.Admin().Get(ctx, "resend:n").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the INCR ran twice: the batch was resent")
+
+	go func() {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Get(ctx, "resend:n")
+			p.BLPop(ctx, 2*time.Second, "resend:q")
+			return nil
+		})
+		done <- err
+	}()
+	killBlocked()
+	waitBlocked(t, srv, 1) // resent on a fresh connection
+	require.NoError(t, srv.Admin().RPush(ctx, "resend:q", "x").Err())
+	assert.NoError(t, <-done, "a repeatable batch is resent after the reset")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -88,26 +89,52 @@ func (watchGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // transaction's hook chain is built (newTx, and any AddHook inside fn).
 const watchRunner = "github.com/redis/go-redis/v9.(*Client).Watch"
 
-// buildingWatch reports whether the hook chain being built belongs to a
+// The go-redis functions on the stack of every command, and every
+// non-transactional batch, sent on a Tx (its TxPipeline never blocks). The
+// batch's is the closure Tx.Pipeline hands its Pipeline, whose name is
+// prefixed with whatever function Tx.Pipeline was inlined into.
+const (
+	txProcess        = "github.com/redis/go-redis/v9.(*Tx).Process"
+	txPipelineSuffix = ".(*Tx).Pipeline.func1"
+)
+
+// buildingWatch reports whether the hook chain being built may belong to a
 // Watch transaction. In Standalone and Sentinel mode the Tx clones the
 // client's hooks, facadeHook included, and facadeHook must not send the
 // Tx's blocking commands to the long client: they would leave the watched
-// connection. A hook only learns which chain it joins from the stack. The
-// cost is paid when a chain is built (per Watch, per Conn, per new
-// connection's handshake), never per command. A Conn opened inside a Watch
-// function counts as part of the transaction.
+// connection. A hook only learns which chain it joins from the stack, and
+// the stack of a build cannot tell a Tx's chain from another chain rebuilt
+// inside the Watch function (an AddHook on the client, a Conn opened
+// there). So a chain built during a Watch only may be the Tx's; sendingOnTx
+// decides, per blocking command, when it is sent. Other chains, and every
+// ordinary command, never pay for a stack walk.
 func (a *admission) buildingWatch() bool {
 	return a.c.cfg.Mode != ModeCluster && onStack(watchRunner)
+}
+
+// sendingOnTx reports whether the batch or command being sent, on a chain
+// that buildingWatch said may be a Tx's, is sent on a Tx.
+func sendingOnTx(batch bool) bool {
+	if batch {
+		return stackHas(func(fn string) bool { return strings.HasSuffix(fn, txPipelineSuffix) })
+	}
+	return onStack(txProcess)
 }
 
 // onStack reports whether fn, a fully qualified function name as
 // runtime.Frame spells it, is among the current goroutine's callers.
 func onStack(fn string) bool {
+	return stackHas(func(f string) bool { return f == fn })
+}
+
+// stackHas reports whether a caller of the current goroutine, inlined
+// callers included, has a name that match accepts.
+func stackHas(match func(fn string) bool) bool {
 	var pcs [64]uintptr
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
 	for {
 		f, more := frames.Next()
-		if f.Function == fn {
+		if match(f.Function) {
 			return true
 		}
 		if !more {

@@ -12,6 +12,7 @@ package faultproxy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -43,6 +44,12 @@ const (
 	// command; the client sees its connection reset after sending it, the
 	// case where a retry runs a command twice.
 	LoseOneReply
+	// Hangup behaves like a proxy or load balancer whose backend is gone:
+	// every open connection is closed, and new connections are accepted
+	// and hung up straight away with an orderly FIN. Clients connect fine
+	// and see EOF on their first read, never a timeout and never a refused
+	// dial.
+	Hangup
 )
 
 func (m Mode) String() string {
@@ -55,6 +62,8 @@ func (m Mode) String() string {
 		return "reset"
 	case LoseOneReply:
 		return "lose-one-reply"
+	case Hangup:
+		return "hangup"
 	}
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -139,23 +148,27 @@ func (p *Proxy) Stats() Stats {
 }
 
 // SetMode switches the proxy to m. The change applies to open connections
-// immediately: entering Reset resets them all, and leaving Blackhole resets
-// those that lost bytes (see Blackhole).
+// immediately: entering Reset resets them all, entering Hangup closes them
+// all, and leaving Blackhole resets those that lost bytes (see Blackhole).
 func (p *Proxy) SetMode(m Mode) error {
-	if m < Pass || m > LoseOneReply {
+	if m < Pass || m > Hangup {
 		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
 	}
 	p.mu.Lock()
 	p.mode = m
 	var doomed []*link
 	for l := range p.links {
-		if m == Reset || (m == Pass && l.tainted) {
+		if m == Reset || m == Hangup || (m == Pass && l.tainted) {
 			doomed = append(doomed, l)
 		}
 	}
 	p.mu.Unlock()
 	for _, l := range doomed {
-		p.reset(l)
+		if m == Hangup {
+			p.drop(l)
+		} else {
+			p.reset(l)
+		}
 	}
 	return nil
 }
@@ -224,13 +237,17 @@ func (p *Proxy) open(client net.Conn) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	p.stats.Accepted++
-	refuse := p.mode == Reset
-	if refuse {
+	mode := p.mode
+	if mode == Reset {
 		p.stats.Reset++
 	}
 	p.mu.Unlock()
-	if refuse {
+	switch mode {
+	case Reset:
 		resetConn(client)
+		return
+	case Hangup:
+		hangUp(client)
 		return
 	}
 	server, err := net.DialTimeout("tcp", p.target, dialTimeout)
@@ -253,6 +270,10 @@ func (p *Proxy) open(client net.Conn) {
 		p.stats.Reset++
 		p.mu.Unlock()
 		l.close(true)
+		return
+	case p.mode == Hangup:
+		p.mu.Unlock()
+		l.close(false)
 		return
 	}
 	p.links[l] = true
@@ -328,6 +349,24 @@ func (l *link) close(rst bool) {
 		}
 		_ = l.server.Close()
 	})
+}
+
+// hangUpDrain bounds how long a hung-up connection is read after its FIN,
+// waiting for the client to close its side.
+const hangUpDrain = time.Second
+
+// hangUp sends c's peer a FIN at once and closes c once the peer has closed
+// its side too, or after hangUpDrain. Closing straight away would make the
+// kernel answer whatever the client has already sent with a reset instead.
+func hangUp(c net.Conn) {
+	defer c.Close()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	_ = tc.CloseWrite()
+	_ = tc.SetReadDeadline(time.Now().Add(hangUpDrain))
+	_, _ = io.Copy(io.Discard, tc)
 }
 
 // resetConn closes c with SO_LINGER 0, which makes the kernel send RST

@@ -232,6 +232,46 @@ func TestReset(t *testing.T) {
 	}
 }
 
+// Hangup is a proxy with no backend: connections are accepted and closed
+// at once with a FIN, open ones included, so clients read EOF, promptly,
+// however often they reconnect.
+func TestHangup(t *testing.T) {
+	_, p := setup(t)
+	open, openR := rawConn(t, p)
+	if got, err := ping(open, openR); err != nil || got != "+PONG" {
+		t.Fatalf("PING before: %q, %v", got, err)
+	}
+	if err := p.SetMode(Hangup); err != nil {
+		t.Fatal(err)
+	}
+	_ = open.SetDeadline(time.Now().Add(time.Second))
+	if _, err := openR.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("read on an open connection: %v, want EOF", err)
+	}
+
+	before := p.Stats().Accepted
+	start := time.Now()
+	for i := range 3 {
+		fresh, freshR := rawConn(t, p)
+		if _, err := ping(fresh, freshR); !errors.Is(err, io.EOF) {
+			t.Fatalf("PING on new connection %d: %v, want EOF", i, err)
+		}
+	}
+	if elapsed := time.Since(start); elapsed >= readTimeout {
+		t.Fatalf("three hang-ups took %v: they must not look like timeouts", elapsed)
+	}
+	if s := p.Stats(); s.Accepted-before != 3 || s.Open != 0 {
+		t.Fatalf("stats %+v: want three more connections accepted and none open", s)
+	}
+
+	if err := p.SetMode(Pass); err != nil {
+		t.Fatal(err)
+	}
+	if err := client(t, p.Addr()).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING after recovery: %v", err)
+	}
+}
+
 // ResetConns is a one-off, like CLIENT KILL: the mode stays Pass and the
 // next connection works.
 func TestResetConns(t *testing.T) {
@@ -297,7 +337,7 @@ func TestLoseOneReply(t *testing.T) {
 
 func TestSetModeRejectsUnknown(t *testing.T) {
 	_, p := setup(t)
-	for _, m := range []Mode{-1, LoseOneReply + 1} {
+	for _, m := range []Mode{-1, Hangup + 1} {
 		if err := p.SetMode(m); err == nil {
 			t.Errorf("SetMode(%d) accepted", int(m))
 		}
@@ -308,7 +348,7 @@ func TestSetModeRejectsUnknown(t *testing.T) {
 }
 
 func TestModeString(t *testing.T) {
-	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", LoseOneReply: "lose-one-reply", 7: "Mode(7)"} {
+	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", LoseOneReply: "lose-one-reply", Hangup: "hangup", 7: "Mode(7)"} {
 		if got := m.String(); got != want {
 			t.Errorf("Mode(%d).String() = %q, want %q", int(m), got, want)
 		}

@@ -1,0 +1,155 @@
+package redisguard
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How long a blocking command may rightly hold its reply back: its own
+// timeout, read from its arguments as Redis reads it.
+
+// blockingTimeouts says where each blocking command's own timeout is: the
+// position of the argument (-1: the last) and its unit. The stream and
+// time-series reads take theirs from their BLOCK option, in milliseconds.
+var blockingTimeouts = []struct {
+	name string // upper case
+	pos  int
+	unit time.Duration
+}{
+	{"BLPOP", -1, time.Second},
+	{"BRPOP", -1, time.Second},
+	{"BRPOPLPUSH", -1, time.Second},
+	{"BLMOVE", -1, time.Second},
+	{"BZPOPMIN", -1, time.Second},
+	{"BZPOPMAX", -1, time.Second},
+	{"BLMOVEM", 5, time.Second}, // source destination wherefrom whereto timeout [options]
+	{"BLMPOP", 1, time.Second},  // timeout numkeys key...
+	{"BZMPOP", 1, time.Second},
+	{"WAIT", 2, time.Millisecond},    // numreplicas timeout
+	{"WAITAOF", 3, time.Millisecond}, // numlocal numreplicas timeout
+}
+
+// maxWait is the longest own timeout taken at its word; a longer one waits
+// forever as far as a read deadline is concerned.
+const maxWait = 100 * 365 * 24 * time.Hour
+
+// blockingWait returns how long a blocking command may hold its reply back
+// by its own timeout; forever is true for a timeout of 0, which waits until
+// the command is served. An ordinary command, a non-blocking XREAD, and a
+// timeout that cannot be read wait 0: Redis answers those at once, with an
+// error if the timeout is malformed.
+func blockingWait(args []interface{}) (wait time.Duration, forever bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	var timeout interface{}
+	unit := time.Millisecond
+	switch argCommandKind(args[0]) {
+	case kindBlocking:
+		for _, bt := range blockingTimeouts {
+			if !argSpells(args[0], bt.name) {
+				continue
+			}
+			pos := bt.pos
+			if pos < 0 {
+				pos = len(args) - 1
+			}
+			if pos < 1 || pos >= len(args) {
+				return 0, false
+			}
+			timeout, unit = args[pos], bt.unit
+			break
+		}
+	case kindStreamRead:
+		if i := blockOption(args, 1, streamReadOptions); i >= 0 && i+1 < len(args) {
+			timeout = args[i+1]
+		}
+	case kindTSRead:
+		if i := blockOption(args, 3, tsReadOptions); i >= 0 && i+1 < len(args) {
+			timeout = args[i+1]
+		}
+	}
+	n, ok := argNumber(timeout)
+	switch {
+	case !ok || n < 0 || n != n: // unreadable, negative or NaN: refused at once
+		return 0, false
+	case n == 0 || n*float64(unit) > float64(maxWait):
+		return 0, true
+	}
+	return time.Duration(n * float64(unit)), false
+}
+
+// batchWait is how long the server may hold a batch's replies back by the
+// blocking commands' own timeouts: their sum, as it serves them one after
+// another, or forever if one of them waits forever. Blocking commands
+// between MULTI and EXEC never wait (see batchIsBlocking).
+func batchWait(cmds []redis.Cmder) (wait time.Duration, forever bool) {
+	inMulti := false
+	for _, cmd := range cmds {
+		switch cmdKind(cmd) {
+		case kindMulti:
+			inMulti = true
+			continue
+		case kindExec, kindDiscard:
+			inMulti = false
+			continue
+		}
+		if inMulti || cmd == nil {
+			continue
+		}
+		d, always := blockingWait(cmd.Args())
+		if always {
+			return 0, true
+		}
+		wait += d
+	}
+	return wait, false
+}
+
+// argNumber reads a number argument as go-redis's writer sends it: a
+// string, bytes, or a Go number (a time.Duration is sent as its count of
+// nanoseconds).
+func argNumber(arg interface{}) (float64, bool) {
+	switch v := arg.(type) {
+	case string:
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	case []byte:
+		f, err := strconv.ParseFloat(string(v), 64)
+		return f, err == nil
+	case *string:
+		if v != nil {
+			f, err := strconv.ParseFloat(*v, 64)
+			return f, err == nil
+		}
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case int32:
+		return float64(v), true
+	case int16:
+		return float64(v), true
+	case int8:
+		return float64(v), true
+	case uint:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case uint32:
+		return float64(v), true
+	case uint16:
+		return float64(v), true
+	case uint8:
+		return float64(v), true
+	case float64:
+		return v, true
+	case float32:
+		return float64(v), true
+	case time.Duration:
+		return float64(v), true
+	}
+	return 0, false
+}

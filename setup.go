@@ -1,0 +1,68 @@
+package redisguard
+
+import (
+	"errors"
+)
+
+// setupError marks a failure to set up a connection: its dial (TLS
+// included), the handshake go-redis runs on a fresh connection (HELLO, AUTH,
+// SELECT, CLIENT SETNAME), or the CLIENT ID a dedicated connection starts
+// with. The command that needed the connection was never written, so it did
+// not run: it is not ErrOutcomeUnknown, however unsafe to repeat.
+//
+// A set-up that failed before the server answered anything (the dial, or
+// the HELLO that opens every handshake) also fails the node, even when it
+// shows as a reset: the routine resets of a healthy server (CLIENT KILL, an
+// idle timeout) hit connections that have been answered, while a node that
+// hangs up on every new connection (a proxy whose backend is gone) never
+// answers at all. A later step's reset is a healthy server's routine like
+// any other (outcome).
+//
+// The marker lives only between the node's hooks and is removed before an
+// error reaches the caller (see withoutSetup).
+type setupError struct {
+	err      error
+	answered bool // the server had answered on the connection before it failed
+}
+
+func (e *setupError) Error() string { return e.err.Error() }
+
+// Unwrap lists the cause instead of returning it: go-redis strips one level
+// of wrapping (errors.Unwrap) from a failed handshake's error, and the
+// marker must survive that. errors.Is and errors.As still see the cause.
+func (e *setupError) Unwrap() []error { return []error{e.err} }
+
+// setupFailure marks err, a failure to set up a connection; answered says
+// whether the server had answered on it before. A marked error keeps its
+// mark.
+func setupFailure(err error, answered bool) error {
+	if err == nil || isSetupFailure(err) {
+		return err
+	}
+	return &setupError{err: err, answered: answered}
+}
+
+// isSetupFailure reports whether err failed a connection's set-up.
+func isSetupFailure(err error) bool {
+	var se *setupError
+	return errors.As(err, &se)
+}
+
+// isUnansweredSetup reports whether err failed a connection's set-up before
+// the server answered anything on it.
+func isUnansweredSetup(err error) bool {
+	var se *setupError
+	return errors.As(err, &se) && !se.answered
+}
+
+// withoutSetup returns err without the marker, as the caller sees it.
+func withoutSetup(err error) error {
+	if se, ok := err.(*setupError); ok {
+		return se.err
+	}
+	return err
+}
+
+// connInit is the go-redis function on the stack of every handshake command
+// it sends on a fresh connection, and of no command a caller sends.
+const connInit = "github.com/redis/go-redis/v9.(*baseClient).initConn"
