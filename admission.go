@@ -170,7 +170,7 @@ func (a *admission) build() redis.UniversalClient {
 	shadow := &Client{core: newCore(c.cfg, c.clock), probeOpt: c.probeOpt, sentinel: c.sentinel}
 	shadow.core.log = c.log
 	shadow.cfg.NodeFailureThreshold = -1
-	shadow.nodes = newNodeSet(shadow)
+	shadow.nodes = newNodeSet(shadow.core, nil, nodeProbe(c.probeOpt, nil))
 	a.guard = shadow.nodes.guard
 	return shadow.build(size, true)
 }

@@ -75,12 +75,19 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.core.cfg = resolved
 		c.probeOpt = c.options(1).Simple()
 	}
-	c.nodes = newNodeSet(c)
-	if resolved.Mode == ModeSentinel {
-		c.sentinel = newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
-	}
 	if resolved.Mode == ModeCluster {
 		c.topo = newTopology(c.core)
+	}
+	c.nodes = newNodeSet(c.core, c.topo, nodeProbe(c.probeOpt, nil))
+	if resolved.Mode == ModeSentinel {
+		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
+		c.sentinel = sm
+		c.nodes.probes.probe = nodeProbe(c.probeOpt, sm)
+		c.nodes.onOpen = func(n *node) {
+			if n == sm.node() {
+				sm.lookup(false)
+			}
+		}
 	}
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c)
@@ -310,4 +317,17 @@ func (c *Client) forEach(ctx context.Context, fn func(context.Context, *redis.Cl
 func (c *Client) ClusterClient() *redis.ClusterClient {
 	cc, _ := c.UniversalClient.(*redis.ClusterClient)
 	return cc
+}
+
+// nodeProbe is the recovery probe of an address: a fresh connection with
+// opt's handshake, then PING. With sm, the node that stands for a Sentinel
+// master whose address is unknown is probed by asking the sentinels.
+func nodeProbe(opt *redis.Options, sm *sentinelMaster) func(context.Context, string, time.Duration) error {
+	return func(ctx context.Context, addr string, wait time.Duration) error {
+		if sm != nil && addr == sm.role.addr {
+			return sm.probeRole()
+		}
+		_, err := probeAddr(ctx, opt, addr, wait, "ping")
+		return err
+	}
 }

@@ -20,8 +20,12 @@ import (
 // nodeSet owns one breaker per node address. The ordinary and the long
 // go-redis clients share it, so a node that is down for one is down for both.
 type nodeSet struct {
-	c      *Client
-	probes *prober // recovers the open breakers
+	k      *core
+	topo   *topology // told when a breaker opens (Cluster mode); nil otherwise
+	probes *prober   // recovers the open breakers
+	// onOpen, if set, is told of each node whose breaker opens, after the
+	// event and the topology. Set before the first command.
+	onOpen func(n *node)
 
 	mu    sync.Mutex
 	nodes map[string]*node // guarded by mu; entries are never removed
@@ -47,10 +51,12 @@ type node struct {
 	exhaustLog      logLimiter    // keeps an overloaded node from flooding the log
 }
 
-func newNodeSet(c *Client) *nodeSet {
-	s := &nodeSet{c: c, nodes: make(map[string]*node)}
-	s.probes = newProber(c.probeNode, c.clock, c.cfg.ReadTimeout, func(n *node, err error) {
-		c.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
+// newNodeSet returns an empty node set; probe is the recovery probe of an
+// address (see prober).
+func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr string, wait time.Duration) error) *nodeSet {
+	s := &nodeSet{k: k, topo: topo, nodes: make(map[string]*node)}
+	s.probes = newProber(probe, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
+		k.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
 	})
 	return s
 }
@@ -59,13 +65,13 @@ func newNodeSet(c *Client) *nodeSet {
 // prober is looking after n. It is on the fail-fast path: one atomic load
 // in the common case.
 func (s *nodeSet) refused(n *node) {
-	now := s.c.clock.Now().UnixNano()
+	now := s.k.clock.Now().UnixNano()
 	if now-n.lastRefused.Load() < int64(time.Second) {
 		return
 	}
 	n.lastRefused.Store(now)
 	if !n.probing.Load() {
-		s.probes.start(n, n.sched.Opened(s.c.clock.Now()))
+		s.probes.start(n, n.sched.Opened(s.k.clock.Now()))
 	}
 }
 
@@ -88,11 +94,11 @@ func (s *nodeSet) get(addr string) *node {
 		exhausted:   &NodeError{Addr: addr, Err: ErrPoolExhausted},
 	}
 	n.br = breaker.New(breaker.Settings{
-		Threshold:     s.c.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
-		Clock:         s.c.clock,
-		OnStateChange: func(from, to breaker.State) { s.c.breakerChanged(n, from, to) },
+		Threshold:     s.k.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
+		Clock:         s.k.clock,
+		OnStateChange: func(from, to breaker.State) { s.changed(n, from, to) },
 	})
-	n.sched = breaker.NewSchedule(breaker.ScheduleSettings{Max: s.c.cfg.NodeRecoveryTime})
+	n.sched = breaker.NewSchedule(breaker.ScheduleSettings{Max: s.k.cfg.NodeRecoveryTime})
 	s.nodes[addr] = n
 	return n
 }
@@ -109,59 +115,49 @@ func (s *nodeSet) all() []*node {
 }
 
 // guard returns the hook to install on the go-redis client for addr.
-func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{c: s.c, n: s.get(addr)} }
+func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{k: s.k, nodes: s, n: s.get(addr)} }
 
 // close stops the probers.
 func (s *nodeSet) close() { s.probes.close() }
 
-// breakerChanged runs after every transition, outside the breaker's lock.
-func (c *Client) breakerChanged(n *node, from, to breaker.State) {
-	now := c.clock.Now()
+// changed runs after every transition of n's breaker, outside its lock.
+func (s *nodeSet) changed(n *node, from, to breaker.State) {
+	now := s.k.clock.Now()
 	e := Event{Kind: breakerEvent(to), Addr: n.addr}
 	switch to {
 	case breaker.Open:
 		n.lastRefused.Store(now.UnixNano())
 		if from == breaker.Closed {
-			c.nodes.probes.start(n, n.sched.Opened(now))
+			s.probes.start(n, n.sched.Opened(now))
 		} else {
 			// Traffic failed right after a probe was answered: the same
 			// outage goes on.
-			c.nodes.probes.start(n, n.sched.Next(now, false))
+			s.probes.start(n, n.sched.Next(now, false))
 		}
 	case breaker.Closed:
 		n.sched.Recovered(now)
 		e.Duration = now.Sub(n.br.Snapshot().OpenedAt)
 	}
-	c.emit(e, slog.String("from", from.String()))
+	s.k.emit(e, slog.String("from", from.String()))
 	if to == breaker.Open {
-		if c.topo != nil {
+		if s.topo != nil {
 			// A dead master is usually about to be replaced by its replica;
 			// look for the new owner now rather than when some timer fires.
-			c.topo.trigger()
+			s.topo.trigger()
 		}
-		if c.sentinel != nil && n == c.sentinel.node() {
-			c.sentinel.lookup(false)
+		if s.onOpen != nil {
+			s.onOpen(n)
 		}
 	}
-}
-
-// probeNode is the prober's probe: a fresh connection to addr with the
-// node's own handshake, then PING. The node that stands for a Sentinel
-// master whose address is unknown is probed by asking the sentinels.
-func (c *Client) probeNode(ctx context.Context, addr string, wait time.Duration) error {
-	if c.sentinel != nil && addr == c.sentinel.role.addr {
-		return c.sentinel.probeRole()
-	}
-	_, err := probeAddr(ctx, c.probeOpt, addr, wait, "ping")
-	return err
 }
 
 // nodeGuard is the hook installed on each node's go-redis client. It fails
 // fast while the node's breaker is open, feeds every outcome back to the
 // breaker, and keeps pool timeouts from looking like node faults.
 type nodeGuard struct {
-	c *Client
-	n *node
+	k     *core
+	nodes *nodeSet
+	n     *node
 	// follow, set on a Sentinel client, names the node per command: the
 	// master's current address.
 	follow *sentinelMaster
@@ -190,7 +186,7 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c := g.c
+	c, topo := g.k, g.nodes.topo
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
 			return handshake(next(ctx, cmd), isHello(cmd))
@@ -203,7 +199,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		n := g.node()
 		t, err := n.br.Allow()
 		if err != nil {
-			return n.fastFail(c)
+			return g.fastFail(n)
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmd)
@@ -214,7 +210,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
-		if !unrepeatable && !cmd.NoRetry() && retryReset(c, ctx, err) {
+		if !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
 			err = next(ctx, cmd)
 		}
 		n.inFlight.Add(-1)
@@ -232,7 +228,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return n.translate(err)
 	}
-	if c.topo == nil {
+	if topo == nil {
 		return guarded
 	}
 	n := g.n
@@ -243,14 +239,14 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				// timeout, on a topology call: go-redis asks another node.
 				return n.unavailable
 			}
-			return c.topo.serve(ctx, cmd, guarded)
+			return topo.serve(ctx, cmd, guarded)
 		}
 		return guarded(ctx, cmd)
 	}
 }
 
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	c := g.c
+	c := g.k
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
 			return handshake(next(ctx, cmds), false)
@@ -264,7 +260,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		n := g.node()
 		t, err := n.br.Allow()
 		if err != nil {
-			err = n.fastFail(c)
+			err = g.fastFail(n)
 			for _, cmd := range cmds {
 				cmd.SetErr(err)
 			}
@@ -272,7 +268,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && retryReset(c, ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
+		if err != nil && err != redis.Nil && g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
 			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 		}
 		n.inFlight.Add(-1)
@@ -364,10 +360,10 @@ func isNetworkError(err error) bool {
 }
 
 // fastFail is what a command gets while the node's breaker is open.
-func (n *node) fastFail(c *Client) error {
-	c.nodes.refused(n)
-	if c.topo != nil {
-		c.topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
+func (g nodeGuard) fastFail(n *node) error {
+	g.nodes.refused(n)
+	if topo := g.nodes.topo; topo != nil {
+		topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
 	}
 	return n.unavailable
 }
@@ -397,7 +393,7 @@ func isExhaustion(err error) bool {
 // pipeline held. Callers leave out long operations, whose budget the
 // admission code counts and reports itself; their classification is only
 // repeated here on this error path.
-func (n *node) noteExhausted(c *Client) {
+func (n *node) noteExhausted(c *core) {
 	n.exhaustions.Add(1)
 	c.emitLimited(Event{Kind: EventPoolExhausted, Addr: n.addr, Budget: BudgetOrdinary}, &n.exhaustLog)
 }
@@ -456,8 +452,8 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // retry read timeouts, doubling how long a hung server holds each caller
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
-func retryReset(c *Client, ctx context.Context, err error) bool {
-	return (c.topo == nil || isUnansweredSetup(err)) && !c.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
+func (g nodeGuard) retryReset(ctx context.Context, err error) bool {
+	return (g.nodes.topo == nil || isUnansweredSetup(err)) && !g.k.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
 		contextDone(ctx) == nil
 }
 
