@@ -66,7 +66,10 @@ const unblockGrace = time.Second
 
 // admission holds the long budget and the long client.
 type admission struct {
-	c       *Client
+	k *core
+	// newLong builds the long client and the guard of a dedicated
+	// connection to an address; called once, on the first long call.
+	newLong func() (redis.UniversalClient, func(addr string) nodeGuard)
 	permits chan struct{} // one token per long permit in use; cap MaxLongConnections
 	closing chan struct{} // closed by close: wakes permit waiters and unblock loops
 
@@ -74,8 +77,8 @@ type admission struct {
 	exhaustLog  logLimiter    // keeps a saturated budget from flooding the log
 
 	// guard returns the hook that guards a dedicated connection to addr,
-	// as build installs one on every node client of the long client. Set
-	// with long, under mu.
+	// as newGoRedis installs one on every node client of the long client.
+	// Set with long, under mu.
 	guard func(addr string) nodeGuard
 	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
 	noUnblock atomic.Bool
@@ -88,10 +91,11 @@ type admission struct {
 	loops  sync.WaitGroup          // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
 
-func newAdmission(c *Client) *admission {
+func newAdmission(k *core, newLong func() (redis.UniversalClient, func(string) nodeGuard)) *admission {
 	return &admission{
-		c:       c,
-		permits: make(chan struct{}, c.cfg.MaxLongConnections),
+		k:       k,
+		newLong: newLong,
+		permits: make(chan struct{}, k.cfg.MaxLongConnections),
 		closing: make(chan struct{}),
 		idle:    make(map[string][]*dedicated),
 		live:    make(map[*dedicated]struct{}),
@@ -107,14 +111,14 @@ func (a *admission) acquire(ctx context.Context) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(a.c.cfg.PoolTimeout)
+	t := time.NewTimer(a.k.cfg.PoolTimeout)
 	defer t.Stop()
 	select {
 	case a.permits <- struct{}{}:
 		return nil
 	case <-t.C:
 		a.exhaustions.Add(1)
-		a.c.emitLimited(Event{Kind: EventPoolExhausted, Budget: BudgetLong}, &a.exhaustLog)
+		a.k.emitLimited(Event{Kind: EventPoolExhausted, Budget: BudgetLong}, &a.exhaustLog)
 		return ErrPoolExhausted
 	case <-ctx.Done():
 		return ctx.Err()
@@ -133,46 +137,9 @@ func (a *admission) client() (redis.UniversalClient, error) {
 		return nil, ErrClosed
 	}
 	if a.long == nil {
-		a.long = a.build()
+		a.long, a.guard = a.newLong()
 	}
 	return a.long, nil
-}
-
-// build makes the long client with build, like the ordinary one. Its pools
-// never bind: a node needs at most MaxLongConnections pooled connections for
-// Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
-// cancelled at once, and one more; the permits are the budget. Dedicated
-// connections are not in its pools: each has a client of its own, made from
-// the node client's options (see open).
-func (a *admission) build() redis.UniversalClient {
-	c := a.c
-	size := 2*c.cfg.MaxLongConnections + 1
-	if c.cfg.Mode == ModeCluster {
-		// Node clients carry the shared breakers; attaching the client makes
-		// its CLUSTER SLOTS go through the shared single-flight cache.
-		a.guard = c.nodes.guard
-		cc := c.build(size, true).(*redis.ClusterClient)
-		c.topo.attach(cc)
-		// Redirects on the long client are followed by go-redis's loop
-		// (process, batch); a cycle ends typed there too, not as the raw
-		// MOVED the loop gives up with.
-		cc.AddHook(divergenceHook{c.div})
-		return cc
-	}
-	// In Standalone and Sentinel mode build installs the node's guard on the
-	// ordinary client outside facadeHook, so that guard already admits and
-	// scores every long call facadeHook hands over. The guards of the long
-	// client and of its dedicated connections get their breakers turned
-	// off: a second guard on the shared breaker would count each call twice
-	// and, half-open, reject the very probe the outer guard let through, so
-	// a worker that only blocks could never close its breaker again. They
-	// still mark failed connection set-ups (setup.go) for the outer guard.
-	shadow := &Client{core: newCore(c.cfg, c.clock), probeOpt: c.probeOpt, sentinel: c.sentinel}
-	shadow.core.log = c.log
-	shadow.cfg.NodeFailureThreshold = -1
-	shadow.nodes = newNodeSet(shadow.core, nil, nodeProbe(c.probeOpt, nil))
-	a.guard = shadow.nodes.guard
-	return shadow.build(size, true)
 }
 
 // close ends the long budget: permit waiters and interrupts return, every

@@ -5,26 +5,41 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// build assembles the go-redis client that Config describes, with poolSize
-// connections per node, and installs a nodeGuard on every node client: the
-// single server in Standalone, the failover client in Sentinel, and each node
-// client in Cluster through ClusterOptions.NewClient, go-redis's per-node
-// constructor. The ordinary and the long clients are both built here, so the
-// two cannot drift apart in anything but their pool size and, for the long
-// one, the read timeout of Cluster batches.
-func (c *Client) build(poolSize int, long bool) redis.UniversalClient {
-	cfg := c.cfg
-	uo := c.options(poolSize)
+// newGoRedis is the one place that builds a go-redis client: it assembles
+// the client that k's Config describes, with poolSize connections per node,
+// and installs the node guards of nodes on it: on the single server in
+// Standalone, on the failover client in Sentinel, and on each node client in
+// Cluster through ClusterOptions.NewClient, go-redis's per-node constructor.
+// The ordinary and the long clients are both built here, so the two cannot
+// drift apart in anything but their pool size and, for the long one, the
+// read timeout of Cluster batches. The caller adds the client-level hooks.
+//
+// The hooks every go-redis client of a Client carries, outermost first:
+//
+//	hook                 Standalone   Sentinel          Cluster
+//	facadeHook           client       client            cluster client (ordinary only)
+//	subscriptionBudget   client       client            each node client
+//	divergenceHook       -            -                 cluster client
+//	sentinelMaster       -            client (first)    -
+//	nodeGuard            client       client            each node client
+//
+// In Standalone and Sentinel mode nodeGuard is added here, before the
+// caller adds facadeHook, so it is the outer one and already scores the
+// long calls facadeHook hands to the long client; in Cluster mode it sits
+// on the node clients, inside every cluster-level hook.
+func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long bool) redis.UniversalClient {
+	cfg := k.cfg
+	uo := k.options(poolSize)
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(c.sentinel)
-		g := c.nodes.guard(sentinelNodeName(cfg.MasterName))
-		if g.n == c.sentinel.role {
+		cl.AddHook(sm)
+		g := nodes.guard(sentinelNodeName(cfg.MasterName))
+		if g.n == sm.role {
 			// The guard charges each command to the master's current
 			// address. The long client's guard (admission.go) has
 			// breakers of its own, turned off, and keeps its one node.
-			g.follow = c.sentinel
+			g.follow = sm
 		}
 		cl.AddHook(g)
 		return cl
@@ -41,22 +56,54 @@ func (c *Client) build(poolSize int, long bool) redis.UniversalClient {
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			cl := redis.NewClient(opt)
-			cl.AddHook(c.nodes.guard(opt.Addr))
+			cl.AddHook(nodes.guard(opt.Addr))
 			return cl
 		}
 		return redis.NewClusterClient(co)
 	default:
 		opt := uo.Simple()
 		cl := redis.NewClient(opt)
-		cl.AddHook(c.nodes.guard(opt.Addr))
+		cl.AddHook(nodes.guard(opt.Addr))
 		return cl
 	}
+}
+
+// longClient builds the long client (admission.go) and says which guard a
+// dedicated connection to an address gets. Its pools never bind: a node
+// needs at most MaxLongConnections pooled connections for Cluster batches
+// and redirects, as many for the CLIENT UNBLOCKs of calls cancelled at once,
+// and one more; the permits are the budget.
+func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuard) {
+	size := 2*c.cfg.MaxLongConnections + 1
+	if c.cfg.Mode == ModeCluster {
+		// Node clients carry the shared breakers; attaching the client makes
+		// its CLUSTER SLOTS go through the shared single-flight cache.
+		cc := newGoRedis(c.core, c.nodes, nil, size, true).(*redis.ClusterClient)
+		c.topo.attach(cc)
+		// Redirects on the long client are followed by go-redis's loop
+		// (process, batch); a cycle ends typed there too, not as the raw
+		// MOVED the loop gives up with.
+		cc.AddHook(divergenceHook{c.div})
+		return cc, c.nodes.guard
+	}
+	// In Standalone and Sentinel mode the ordinary client's guard, outside
+	// facadeHook, already admits and scores every long call. The guards of
+	// the long client and of its dedicated connections get breakers of
+	// their own, turned off: a second guard on the shared breaker would count
+	// each call twice. They still mark failed connection set-ups (setup.go)
+	// for the outer guard.
+	cfg := c.cfg
+	cfg.NodeFailureThreshold = -1
+	k := newCore(cfg, c.clock)
+	k.log = c.log
+	nodes := newNodeSet(k, nil, nodeProbe(c.probeOpt, nil))
+	return newGoRedis(k, nodes, c.sentinel, size, true), nodes.guard
 }
 
 // options is the one UniversalOptions every client is built from, converted
 // by go-redis itself for each mode, so that the option structs of the
 // ordinary, long and probe clients cannot disagree about a field.
-func (c *Client) options(poolSize int) *redis.UniversalOptions {
+func (c *core) options(poolSize int) *redis.UniversalOptions {
 	cfg := c.cfg
 	return &redis.UniversalOptions{
 		Addrs:            cfg.Addrs,
@@ -86,7 +133,7 @@ func (c *Client) options(poolSize int) *redis.UniversalOptions {
 }
 
 // sentinelOptions is the handshake with the sentinels themselves.
-func (c *Client) sentinelOptions() *redis.Options {
+func (c *core) sentinelOptions() *redis.Options {
 	return &redis.Options{
 		Username:    c.cfg.SentinelUsername,
 		Password:    c.cfg.SentinelPassword,

@@ -61,7 +61,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{core: newCore(resolved, clk)}
-	c.probeOpt = c.options(1).Simple()
+	c.probeOpt = c.core.options(1).Simple()
 	if resolved.Mode == ModeAuto {
 		mode, contact := detectMode(resolved, c.probeOpt)
 		if err := applyDetected(&resolved, mode); err != nil {
@@ -73,7 +73,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 				"addr", resolved.Addrs[0], "err", c.redact(contact.Error()))
 		}
 		c.core.cfg = resolved
-		c.probeOpt = c.options(1).Simple()
+		c.probeOpt = c.core.options(1).Simple()
 	}
 	if resolved.Mode == ModeCluster {
 		c.topo = newTopology(c.core)
@@ -90,8 +90,8 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		}
 	}
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
-	c.adm = newAdmission(c)
-	c.UniversalClient = c.build(resolved.MaxConnections, false)
+	c.adm = newAdmission(c.core, c.longClient)
+	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node
 	// client in Cluster mode; registered before any node client exists.

@@ -113,7 +113,7 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 	d := &dedicated{control: node, key: key}
 	d.client = redis.NewClient(&opt)
 	d.client.AddHook(a.guard(opt.Addr))
-	d.client.AddHook(socketHook{d: d, timeout: a.c.cfg.ReadTimeout})
+	d.client.AddHook(socketHook{d: d, timeout: a.k.cfg.ReadTimeout})
 	d.conn = d.client.Conn()
 
 	a.mu.Lock()
@@ -220,7 +220,7 @@ func (a *admission) readDeadline(cmds []redis.Cmder) (deadline time.Time, ok boo
 	if forever {
 		return time.Time{}, false
 	}
-	return time.Now().Add(wait + a.c.cfg.ReadTimeout), true
+	return time.Now().Add(wait + a.k.cfg.ReadTimeout), true
 }
 
 // isUnblocked reports whether err is the -UNBLOCKED reply that CLIENT

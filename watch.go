@@ -109,7 +109,7 @@ const (
 // decides, per blocking command, when it is sent. Other chains, and every
 // ordinary command, never pay for a stack walk.
 func (a *admission) buildingWatch() bool {
-	return a.c.cfg.Mode != ModeCluster && onStack(watchRunner)
+	return a.k.cfg.Mode != ModeCluster && onStack(watchRunner)
 }
 
 // sendingOnTx reports whether the batch or command being sent, on a chain
