@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -321,56 +320,3 @@ func (repliesOverdue) Temporary() bool { return false }
 
 // Is makes the error match os.ErrDeadlineExceeded, as a socket's does.
 func (repliesOverdue) Is(target error) bool { return target == os.ErrDeadlineExceeded }
-
-// blockingKey returns the first key of a blocking command, which decides
-// its node in Cluster mode; ok is false for the keyless WAIT and WAITAOF and
-// for anything it cannot read.
-func blockingKey(args []interface{}) (key string, ok bool) {
-	if len(args) < 2 {
-		return "", false
-	}
-	name, _ := args[0].(string)
-	if b, isBytes := args[0].([]byte); isBytes {
-		name = string(b)
-	}
-	pos := 1
-	switch strings.ToLower(name) {
-	case "wait", "waitaof":
-		return "", false
-	case "blmpop", "bzmpop": // timeout numkeys key...
-		pos = 3
-	case "xread": // [COUNT n] [BLOCK ms] STREAMS key... id...
-		pos = afterToken(args, 1, "streams")
-	case "xreadgroup": // GROUP group consumer [...] STREAMS key... id...
-		pos = afterToken(args, 4, "streams")
-	}
-	if pos <= 0 || pos >= len(args) {
-		return "", false
-	}
-	switch k := args[pos].(type) {
-	case string:
-		return k, true
-	case []byte:
-		return string(k), true
-	}
-	return "", false
-}
-
-// afterToken returns the position after the first argument from position
-// from on that spells token, or 0.
-func afterToken(args []interface{}, from int, token string) int {
-	for i := from; i < len(args)-1; i++ {
-		if s, ok := args[i].(string); ok && strings.EqualFold(s, token) {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// holdingErr explains why a holding command cannot run as sent.
-func holdingErr(cmd redis.Cmder) error {
-	if strings.EqualFold(cmd.Name(), "monitor") {
-		return errMonitorCommand
-	}
-	return errSubscribeCommand
-}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -290,41 +289,6 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// isHandshake reports whether cmd is one go-redis sends while initialising a
-// fresh connection (HELLO, AUTH, SELECT, CLIENT SETNAME/SETINFO, READONLY).
-// Those run through the node's hooks from inside the operation that dialled,
-// which already holds the breaker's ticket; gating them again would make a
-// half-open probe reject its own handshake and never close the breaker. The
-// same commands sent by a caller, or by admission (CLIENT ID, CLIENT
-// UNBLOCK), are gated and scored like any other: the name is checked on
-// every command, and the stack only for the few that match.
-func isHandshake(cmd redis.Cmder) bool {
-	return namedLikeHandshake(cmd) && onStack(connInit)
-}
-
-// namedLikeHandshake reports whether cmd's name is one of the handshake's.
-func namedLikeHandshake(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if len(args) == 0 {
-		return false
-	}
-	name, ok := args[0].(string)
-	if !ok {
-		return false
-	}
-	switch len(name) {
-	case 4:
-		return strings.EqualFold(name, "auth")
-	case 5:
-		return strings.EqualFold(name, "hello")
-	case 6:
-		return strings.EqualFold(name, "client") || strings.EqualFold(name, "select")
-	case 8:
-		return strings.EqualFold(name, "readonly")
-	}
-	return false
-}
-
 // outcome is outcome(ctx, err) for n, except that on a Sentinel client a
 // failed dial to another address than n's is not n's failure.
 func (g nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Outcome {
@@ -344,12 +308,6 @@ func handshake(err error, first bool) error {
 		return setupFailure(err, !first)
 	}
 	return err
-}
-
-// isHello reports whether cmd, a handshake command, is HELLO.
-func isHello(cmd redis.Cmder) bool {
-	name, _ := cmd.Args()[0].(string) // isHandshake has checked there is one
-	return strings.EqualFold(name, "hello")
 }
 
 // isNetworkError reports whether err is the network's: a net.Error

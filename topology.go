@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,15 +144,4 @@ func (t *topology) lastSlots() []redis.ClusterSlot {
 		return *p
 	}
 	return nil
-}
-
-// isClusterSlots reports whether cmd is CLUSTER SLOTS, without allocating.
-func isClusterSlots(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	a0, ok0 := args[0].(string)
-	a1, ok1 := args[1].(string)
-	return ok0 && ok1 && strings.EqualFold(a0, "cluster") && strings.EqualFold(a1, "slots")
 }
