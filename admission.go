@@ -3,7 +3,6 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -35,28 +34,6 @@ import (
 // When no permit frees up within PoolTimeout the call fails with
 // ErrPoolExhausted before anything is sent, exactly like an exhausted
 // ordinary pool: not retried, not a node fault.
-
-var (
-	// ErrBlockingInWatch is returned at once, with nothing sent, for a
-	// blocking command (or a non-transactional batch containing one) issued
-	// on the Tx inside Watch. There it would park the transaction's own
-	// connection, which is ordinary capacity, for as long as it blocks.
-	// Queue it in TxPipelined instead, where Redis never blocks, or issue it
-	// outside Watch.
-	ErrBlockingInWatch = errors.New("redisguard: blocking command inside Watch")
-
-	// ErrHoldingCommand is returned at once for SUBSCRIBE, PSUBSCRIBE,
-	// SSUBSCRIBE and MONITOR sent as plain commands (Do, Process, Monitor or
-	// in a pipeline): each turns a pooled connection into a push stream that
-	// nothing reads. Use Subscribe, PSubscribe or SSubscribe. MONITOR is not
-	// supported at all: go-redis v9's MonitorCmd reads its connection from a
-	// goroutine after handing it back to the pool, which races with the
-	// pool's own reads (RESP3) and can deadlock Start; use redis-cli.
-	ErrHoldingCommand = errors.New("redisguard: SUBSCRIBE or MONITOR sent as a plain command")
-
-	errSubscribeCommand = fmt.Errorf("%w; use Subscribe, PSubscribe or SSubscribe", ErrHoldingCommand)
-	errMonitorCommand   = fmt.Errorf("%w; MONITOR is not supported, use redis-cli", ErrHoldingCommand)
-)
 
 // unblockGrace bounds how long a cancelled call may take to wind down: by
 // then its connection is closed if CLIENT UNBLOCK has not ended it (see

@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,26 @@ var (
 	// *NodeError naming the node, with the network error's text. Read back
 	// before retrying by hand.
 	ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")
+
+	// ErrBlockingInWatch is returned at once, with nothing sent, for a
+	// blocking command (or a non-transactional batch containing one) issued
+	// on the Tx inside Watch. There it would park the transaction's own
+	// connection, which is ordinary capacity, for as long as it blocks.
+	// Queue it in TxPipelined instead, where Redis never blocks, or issue it
+	// outside Watch.
+	ErrBlockingInWatch = errors.New("redisguard: blocking command inside Watch")
+
+	// ErrHoldingCommand is returned at once for SUBSCRIBE, PSUBSCRIBE,
+	// SSUBSCRIBE and MONITOR sent as plain commands (Do, Process, Monitor or
+	// in a pipeline): each turns a pooled connection into a push stream that
+	// nothing reads. Use Subscribe, PSubscribe or SSubscribe. MONITOR is not
+	// supported at all: go-redis v9's MonitorCmd reads its connection from a
+	// goroutine after handing it back to the pool, which races with the
+	// pool's own reads (RESP3) and can deadlock Start; use redis-cli.
+	ErrHoldingCommand = errors.New("redisguard: SUBSCRIBE or MONITOR sent as a plain command")
+
+	errSubscribeCommand = fmt.Errorf("%w; use Subscribe, PSubscribe or SSubscribe", ErrHoldingCommand)
+	errMonitorCommand   = fmt.Errorf("%w; MONITOR is not supported, use redis-cli", ErrHoldingCommand)
 )
 
 // NodeError is the one typed error: a failure attributable to one node. Err
