@@ -160,97 +160,6 @@ func TestAdmissionSentinel(t *testing.T) {
 	assert.Equal(t, []string{"sentinel:list", "x"}, c.BLPop(ctx, time.Second, "sentinel:list").Val())
 }
 
-// The subscription rules, with a budget of one permit.
-func TestLongBudgetSubscriptions(t *testing.T) {
-	srv := redistest.StartServer(t)
-	const poolTimeout = 300 * time.Millisecond
-	subscribe := []struct {
-		name string
-		open func(ctx context.Context, c *Client, ch string) *redis.PubSub
-		drop func(ctx context.Context, ps *redis.PubSub, ch string) error
-	}{
-		{"SUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.Subscribe(ctx, ch) },
-			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.Unsubscribe(ctx, ch) }},
-		{"PSUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.PSubscribe(ctx, ch+"*") },
-			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.PUnsubscribe(ctx, ch+"*") }},
-		{"SSUBSCRIBE", func(ctx context.Context, c *Client, ch string) *redis.PubSub { return c.SSubscribe(ctx, ch) },
-			func(ctx context.Context, ps *redis.PubSub, ch string) error { return ps.SUnsubscribe(ctx, ch) }},
-	}
-	for _, tc := range subscribe {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: poolTimeout})
-			ctx := testCtx(t, 30*time.Second)
-			blpop := func() error { return shortBLPop(ctx, c, "subs:list") }
-			exhausted := func(why string) {
-				t.Helper()
-				start := time.Now()
-				err := blpop()
-				assert.ErrorIs(t, err, ErrPoolExhausted, why)
-				assert.GreaterOrEqual(t, time.Since(start), poolTimeout-10*time.Millisecond, "failed before PoolTimeout")
-			}
-
-			empty := c.Subscribe(ctx)
-			defer empty.Close()
-			require.Equal(t, redis.Nil, blpop(), "an unused Subscribe() holds the permit")
-			assert.Zero(t, c.Stats().LongInUse)
-
-			ps := tc.open(ctx, c, "subs:ch")
-			_, err := ps.Receive(ctx) // the confirmation: the subscription runs
-			require.NoError(t, err)
-			assert.Equal(t, 1, c.Stats().LongInUse)
-			exhausted("a running subscription must hold the permit")
-
-			require.NoError(t, tc.drop(ctx, ps, "subs:ch"))
-			_, err = ps.Receive(ctx)
-			require.NoError(t, err)
-			exhausted("the connection stays reserved after Unsubscribe")
-
-			require.NoError(t, ps.Close())
-			assert.Zero(t, c.Stats().LongInUse)
-			require.Equal(t, redis.Nil, blpop(), "PubSub.Close must release the permit")
-			assert.Equal(t, uint64(2), c.Stats().LongExhaustions)
-		})
-	}
-
-	t.Run("subscribing with the budget spent", func(t *testing.T) {
-		c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: poolTimeout})
-		ctx := testCtx(t, 30*time.Second)
-		first := c.Subscribe(ctx, "subs:a")
-		defer first.Close()
-		_, err := first.Receive(ctx)
-		require.NoError(t, err)
-		second := c.Subscribe(ctx)
-		defer second.Close()
-		assert.ErrorIs(t, second.Subscribe(ctx, "subs:b"), ErrPoolExhausted)
-		assert.Equal(t, 1, c.Stats().LongInUse)
-	})
-
-	// go-redis redials a subscription whose connection dies and subscribes
-	// again; the old connection's permit must come back and the new one's
-	// be taken, once each.
-	t.Run("reconnect", func(t *testing.T) {
-		c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 2, PoolTimeout: poolTimeout})
-		ctx := testCtx(t, 30*time.Second)
-		ps := c.Subscribe(ctx, "subs:reconnect")
-		defer ps.Close()
-		_, err := ps.Receive(ctx)
-		require.NoError(t, err)
-		for range 3 {
-			require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
-			// Receive sees the dead connection, redials and resubscribes.
-			require.Eventually(t, func() bool {
-				_ = c.Publish(ctx, "subs:reconnect", "hello").Err()
-				msg, err := ps.ReceiveTimeout(ctx, 100*time.Millisecond)
-				m, ok := msg.(*redis.Message)
-				return err == nil && ok && m.Payload == "hello"
-			}, 10*time.Second, 10*time.Millisecond)
-			assert.Equal(t, 1, c.Stats().LongInUse, "a reconnect leaked or double-counted a permit")
-		}
-		require.NoError(t, ps.Close())
-		assert.Zero(t, c.Stats().LongInUse)
-	})
-}
-
 // A transaction uses ordinary capacity even with BLPOP inside, so it runs
 // while the whole long budget is held elsewhere.
 func TestLongBudgetTransactionIsOrdinary(t *testing.T) {
@@ -319,60 +228,6 @@ func TestLongBudgetBlockingPipeline(t *testing.T) {
 	assert.Zero(t, c.Stats().LongInUse)
 }
 
-// Inside Watch a blocking command is refused at once, with nothing sent and
-// the long client untouched; queued in a transaction it is fine.
-func TestWatchRejectsBlocking(t *testing.T) {
-	srv := redistest.StartServer(t)
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"standalone", Config{Addrs: []string{srv.Addr}}},
-		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestClient(t, tc.cfg)
-			ctx := testCtx(t, 30*time.Second)
-			const key = "{watch}list"
-			require.NoError(t, c.Set(ctx, "{watch}k", "1", time.Minute).Err())
-			err := c.Watch(ctx, func(tx *redis.Tx) error {
-				for name, call := range map[string]func() error{
-					"typed": func() error { return tx.BLPop(ctx, 5*time.Second, key).Err() },
-					"Do":    func() error { return tx.Do(ctx, "blpop", key, "5").Err() },
-					"pipeline": func() error {
-						_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-							p.Get(ctx, "{watch}k")
-							p.BLPop(ctx, 5*time.Second, key)
-							return nil
-						})
-						return err
-					},
-				} {
-					start := time.Now()
-					assert.ErrorIs(t, call(), ErrBlockingInWatch, name)
-					assert.Less(t, time.Since(start), time.Second, "%s: the refusal was not immediate", name)
-				}
-				assert.ErrorIs(t, tx.Do(ctx, "subscribe", "{watch}ch").Err(), ErrHoldingCommand)
-				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.BLPop(ctx, 5*time.Second, key)
-					p.Incr(ctx, "{watch}k")
-					return nil
-				})
-				assert.ErrorIs(t, err, redis.Nil, "a transaction with BLPOP must run")
-				return nil
-			}, "{watch}k")
-			require.NoError(t, err)
-			assert.Equal(t, "2", c.Get(ctx, "{watch}k").Val())
-			assert.False(t, longBuilt(c), "a command inside Watch reached the long client")
-
-			// Outside Watch the same client still routes blocking calls.
-			assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key))
-			assert.True(t, longBuilt(c))
-		})
-	}
-}
-
 // passHook is a hook that changes nothing; adding it rebuilds a hook chain.
 type passHook struct{}
 
@@ -380,42 +235,6 @@ func (passHook) DialHook(next redis.DialHook) redis.DialHook          { return n
 func (passHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// Only the Tx's own blocking commands are refused, and only while its
-// transaction runs, however the hook chains were rebuilt meanwhile: a hook
-// added to the client inside a Watch function leaves the client's blocking
-// commands alone, during the Watch and after it, and a hook added to the Tx
-// keeps refusing the Tx's.
-func TestWatchRefusalIsPerTransaction(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
-	ctx := testCtx(t, 30*time.Second)
-	const key = "pertx:list"
-	err := c.Watch(ctx, func(tx *redis.Tx) error {
-		c.AddHook(passHook{})
-		tx.AddHook(passHook{})
-		assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "the client's BLPOP inside the Watch function")
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Do(ctx, "blpop", key, "0.05")
-			return nil
-		})
-		assert.Equal(t, redis.Nil, err, "the client's blocking pipeline inside the Watch function")
-		assert.ErrorIs(t, tx.Do(ctx, "blpop", key, "5").Err(), ErrBlockingInWatch, "the Tx's BLPOP")
-		_, err = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.BLPop(ctx, 5*time.Second, key)
-			return nil
-		})
-		assert.ErrorIs(t, err, ErrBlockingInWatch, "the Tx's blocking pipeline")
-		return nil
-	}, key)
-	require.NoError(t, err)
-	assert.Equal(t, redis.Nil, shortBLPop(ctx, c, key), "a BLPOP after the Watch")
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "blpop", key, "0.05")
-		return nil
-	})
-	assert.Equal(t, redis.Nil, err, "a blocking pipeline after the Watch")
 }
 
 // SUBSCRIBE as a plain command, and MONITOR, are refused with a clear error.
@@ -439,137 +258,6 @@ func TestHoldingCommandsRejected(t *testing.T) {
 	subs, err := srv.Admin().Do(ctx, "client", "list", "type", "pubsub").Text()
 	require.NoError(t, err)
 	assert.Empty(t, subs, "a connection was left subscribed")
-}
-
-// Twenty BLPOPs end on their context deadlines, and nothing of theirs
-// reaches a later command: no element is taken by an abandoned call, and
-// every later call gets its own reply. The cancelled calls' connections are
-// closed; the twenty later calls, one after another, share one new one.
-func TestCancelBlockingDeadlines(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 32})
-	ctx := testCtx(t, 60*time.Second)
-	const n = 20
-	const list = "cancel:list"
-
-	var wg sync.WaitGroup
-	late := make([]time.Duration, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			deadline := time.Now().Add(300*time.Millisecond + time.Duration(i)*10*time.Millisecond)
-			cctx, cancel := context.WithDeadline(ctx, deadline)
-			defer cancel()
-			errs[i] = c.BLPop(cctx, 30*time.Second, list).Err()
-			late[i] = time.Since(deadline)
-		}()
-	}
-	wg.Wait()
-	for i := range n {
-		assert.ErrorIs(t, errs[i], context.DeadlineExceeded, "call %d", i)
-		// Generous: the machine is noisy. The socket deadline alone would
-		// end it at deadline+unblockGrace; CLIENT UNBLOCK ends it sooner.
-		assert.Less(t, late[i], unblockGrace, "call %d returned %v after its deadline", i, late[i])
-	}
-	assert.Zero(t, blockedClients(t, srv), "the server still holds a cancelled BLPOP")
-	assert.Zero(t, c.Stats().LongInUse)
-
-	require.NoError(t, c.Ping(ctx).Err()) // the ordinary pool's connection, opened before counting
-	connsBefore := srv.Info(t, "stats")["total_connections_received"]
-	for i := range n {
-		require.NoError(t, srv.Admin().RPush(ctx, list, strconv.Itoa(i)).Err())
-	}
-	assert.Equal(t, int64(n), srv.Admin().LLen(ctx, list).Val(), "a cancelled BLPOP took an element")
-	for i := range n {
-		v, err := c.BLPop(ctx, time.Second, list).Result()
-		require.NoError(t, err)
-		assert.Equal(t, []string{list, strconv.Itoa(i)}, v, "a later BLPOP got someone else's reply")
-		key := "cancel:k" + strconv.Itoa(i)
-		require.NoError(t, c.Set(ctx, key, i, time.Minute).Err())
-		assert.Equal(t, strconv.Itoa(i), c.Get(ctx, key).Val())
-	}
-	before, err := strconv.Atoi(connsBefore)
-	require.NoError(t, err)
-	after, err := strconv.Atoi(srv.Info(t, "stats")["total_connections_received"])
-	require.NoError(t, err)
-	assert.Equal(t, before+1, after, "connections the twenty later calls opened")
-}
-
-// Cancellation without a deadline ends a BLPOP that would otherwise wait
-// forever, and leaves the list alone.
-func TestCancelBlockingWithoutDeadline(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
-	ctx := testCtx(t, 30*time.Second)
-	for _, tc := range []struct {
-		name string
-		call func(ctx context.Context) error
-	}{
-		{"BLPOP", func(ctx context.Context) error { return c.BLPop(ctx, 0, "nodeadline:list").Err() }},
-		{"pipeline", func(ctx context.Context) error {
-			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.BLPop(ctx, 0, "nodeadline:list")
-				p.BLPop(ctx, 0, "nodeadline:list")
-				return nil
-			})
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- tc.call(cctx) }()
-			waitBlocked(t, srv, 1)
-			cancelled := time.Now()
-			cancel()
-			select {
-			case err := <-done:
-				assert.ErrorIs(t, err, context.Canceled)
-				assert.Less(t, time.Since(cancelled), time.Second)
-			case <-time.After(10 * time.Second):
-				t.Fatal("cancelling did not end the blocking call")
-			}
-			assert.Zero(t, blockedClients(t, srv))
-			require.NoError(t, c.RPush(ctx, "nodeadline:list", "x").Err())
-			assert.Equal(t, int64(1), c.LLen(ctx, "nodeadline:list").Val(), "the cancelled call took the element")
-			assert.Equal(t, []string{"nodeadline:list", "x"}, c.BLPop(ctx, time.Second, "nodeadline:list").Val())
-		})
-	}
-}
-
-// When the server hangs, a cancelled call cannot be unblocked; it ends by
-// the socket deadline, unblockGrace after its own, and its connection is
-// thrown away rather than reused.
-func TestCancelBlockingOnHungServer(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
-	ctx := testCtx(t, 30*time.Second)
-
-	deadline := time.Now().Add(time.Second)
-	cctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.BLPop(cctx, 30*time.Second, "hung:list").Err() }()
-	waitBlocked(t, srv, 1)
-	srv.Pause(t)
-	select {
-	case err := <-done:
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		late := time.Since(deadline)
-		t.Logf("returned %v after its deadline", late)
-		assert.Less(t, late, unblockGrace+2*time.Second, "the call outlived its socket deadline")
-	case <-time.After(20 * time.Second):
-		srv.Resume(t)
-		t.Fatal("a cancelled call on a hung server never returned")
-	}
-	assert.Zero(t, c.Stats().LongInUse)
-	srv.Resume(t)
-
-	waitBlocked(t, srv, 0)
-	require.NoError(t, c.RPush(ctx, "hung:list", "x").Err())
-	assert.Equal(t, []string{"hung:list", "x"}, c.BLPop(ctx, time.Second, "hung:list").Val())
 }
 
 // limitedUser creates, on each server, a user who may run every command
@@ -596,81 +284,6 @@ func unblockDenials(t *testing.T, s *redistest.Server) int64 {
 		}
 	}
 	return n
-}
-
-// A cancelled blocking call with no deadline returns promptly, gives its
-// permit back and takes nothing afterwards, even where CLIENT UNBLOCK
-// cannot end it: for a user without the permission to send it (asked
-// once, not once per cancellation or per retry), and on a server that has
-// stopped answering. Its connection is closed instead.
-func TestCancelledBlockingCallEndsWithoutUnblock(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		limited bool // as a user denied CLIENT UNBLOCK
-		hang    bool // the server hangs while the call waits
-	}{
-		{name: "no permission", limited: true},
-		{name: "hung server", hang: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.StartServer(t)
-			cfg := Config{Addrs: []string{srv.Addr}, MaxLongConnections: 4}
-			if tc.limited {
-				cfg.Username, cfg.Password = limitedUser(t, srv)
-			}
-			c := newTestClient(t, cfg)
-			ctx := testCtx(t, 60*time.Second)
-			list := "nounblock:" + strings.ReplaceAll(tc.name, " ", "-")
-			calls := []struct {
-				name string
-				call func(ctx context.Context) error
-			}{
-				{"BLPOP", func(ctx context.Context) error { return c.BLPop(ctx, 0, list).Err() }},
-				{"Do", func(ctx context.Context) error { return c.Do(ctx, "blpop", list, 0).Err() }},
-				{"pipeline", func(ctx context.Context) error {
-					_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-						p.BLPop(ctx, 0, list)
-						return nil
-					})
-					return err
-				}},
-			}
-			for _, call := range calls {
-				cctx, cancel := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() { done <- call.call(cctx) }()
-				waitBlocked(t, srv, 1)
-				if tc.hang {
-					srv.Pause(t)
-				}
-				cancelled := time.Now()
-				cancel()
-				select {
-				case err := <-done:
-					assert.ErrorIs(t, err, context.Canceled, call.name)
-					took := time.Since(cancelled)
-					t.Logf("%s: returned %v after its cancellation", call.name, took)
-					assert.Less(t, took, unblockGrace+time.Second, "%s: the cancelled call was slow to return", call.name)
-				case <-time.After(20 * time.Second):
-					if tc.hang {
-						srv.Resume(t)
-					}
-					t.Fatalf("%s: the cancelled call never returned", call.name)
-				}
-				assert.Zero(t, c.Stats().LongInUse, "%s: the permit was kept", call.name)
-				if tc.hang {
-					srv.Resume(t)
-				}
-				waitBlocked(t, srv, 0) // the server has dropped the cancelled call's connection
-				require.NoError(t, srv.Admin().RPush(ctx, list, "x").Err())
-				assert.Equal(t, int64(1), srv.Admin().LLen(ctx, list).Val(), "%s: the cancelled call took the element", call.name)
-				require.NoError(t, srv.Admin().Del(ctx, list).Err())
-			}
-			if tc.limited {
-				assert.LessOrEqual(t, unblockDenials(t, srv), int64(1), "CLIENT UNBLOCK was tried again after its denial")
-			}
-		})
-	}
 }
 
 // Waiting is not failing. A blocking command that waits out its own
@@ -806,31 +419,6 @@ func TestBlockingCallOnHungServerFailsAfterItsBudget(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Consumers cancelled at random instants while a producer pushes: every
-// element is either delivered to exactly one consumer or still in the list.
-// Stock go-redis, whose socket deadline fires even as the server pops, is
-// run the same way for comparison; its losses are reported, not asserted.
-func TestCancelBlockingIsLossless(t *testing.T) {
-	srv := redistest.StartServer(t)
-	total := pick(5000, 1000)
-
-	stock := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
-	defer stock.Close()
-	s := consumeWithCancels(t, stock, srv, "lossless:stock", total, nil)
-
-	guard := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 16})
-	g := consumeWithCancels(t, guard, srv, "lossless:guard", total, func(err error) bool {
-		return errors.Is(err, context.DeadlineExceeded)
-	})
-
-	table(t, fmt.Sprintf("BLPOP cancelled by 1-15ms deadlines while %d elements are pushed", total),
-		[]string{"client", "delivered", "left in list", "lost", "calls cancelled"},
-		[]string{"go-redis", fmtCount(s.delivered), fmtCount(s.left), fmtCount(total - s.delivered - s.left), fmtCount(s.cancels)},
-		[]string{"redisguard", fmtCount(g.delivered), fmtCount(g.left), fmtCount(total - g.delivered - g.left), fmtCount(g.cancels)})
-	assert.Equal(t, total, g.delivered+g.left, "elements were lost")
-	assert.Positive(t, g.cancels, "no call was cancelled: the test proves nothing")
 }
 
 type consumed struct{ delivered, left, cancels int }
@@ -969,18 +557,6 @@ func TestBlockingCallClosesHalfOpenBreaker(t *testing.T) {
 	})
 	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "probe:list"))
 	assert.Equal(t, "closed", c.Stats().Nodes[0].State, "a blocking call did not close the breaker")
-}
-
-// An idle dedicated connection that the server has dropped is replaced once,
-// as go-redis replaces a pooled one, and the caller never sees the reset.
-func TestLongConnectionResetIsRetried(t *testing.T) {
-	srv := redistest.StartServer(t)
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
-	ctx := testCtx(t, 30*time.Second)
-	require.Equal(t, redis.Nil, shortBLPop(ctx, c, "reset:list"))
-	require.NoError(t, srv.Admin().ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err())
-	require.NoError(t, srv.Admin().RPush(ctx, "reset:list", "v").Err())
-	assert.Equal(t, []string{"reset:list", "v"}, c.BLPop(ctx, time.Second, "reset:list").Val())
 }
 
 // facadeHookFor builds the facade's hooks around a next that does nothing,

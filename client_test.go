@@ -2,7 +2,6 @@ package redisguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -254,20 +253,6 @@ func TestCloseIsTerminal(t *testing.T) {
 		"operations after Close opened a socket")
 }
 
-func TestErrorsAreNotRetryableToGoRedis(t *testing.T) {
-	// go-redis decides retries by Timeout() methods, net.Error and
-	// pool.ErrPoolTimeout; our sentinels must look like none of them.
-	for _, err := range []error{ErrClosed, ErrInvalidConfig, ErrNodeUnavailable, ErrPoolExhausted,
-		ErrClusterFailover, ErrSlotMapCorruption, ErrOutcomeUnknown, &NodeError{Addr: "a:1", Err: ErrNodeUnavailable}} {
-		var timeout interface{ Timeout() bool }
-		assert.False(t, errors.As(err, &timeout), "%v has a Timeout method", err)
-		assert.False(t, errors.Is(err, redis.ErrPoolTimeout), "%v wraps the pool timeout", err)
-	}
-	ne := &NodeError{Addr: "10.0.0.1:6379", Err: ErrNodeUnavailable}
-	assert.ErrorIs(t, fmt.Errorf("wrapped: %w", ne), ErrNodeUnavailable)
-	assert.Contains(t, ne.Error(), "10.0.0.1:6379")
-}
-
 // Close outranks an open breaker: once the client is closed every call fails
 // with ErrClosed, not with the ErrNodeUnavailable the breaker would give.
 func TestCallAfterCloseWithOpenBreakerIsErrClosed(t *testing.T) {
@@ -303,70 +288,6 @@ func TestCallAfterCloseWithOpenBreakerIsErrClosed(t *testing.T) {
 			assert.ErrorIs(t, c.Watch(ctx, func(*redis.Tx) error { return nil }, "k"), ErrClosed)
 		})
 	}
-}
-
-// Watch keeps Close's promise in every mode: after Close it fails with
-// ErrClosed and never runs fn (go-redis's cluster Watch would answer "redis:
-// client is closed", or nil for a transaction that never ran), and a Close
-// while fn runs fails the transaction's commands with ErrClosed.
-func TestWatchAfterCloseIsErrClosed(t *testing.T) {
-	for _, mode := range []Mode{ModeStandalone, ModeSentinel, ModeCluster} {
-		t.Run(mode.String(), func(t *testing.T) {
-			cfg := Config{Mode: mode}
-			switch mode {
-			case ModeSentinel:
-				s := redistest.StartSentinel(t)
-				cfg.MasterName, cfg.Addrs = s.MasterName, s.Addrs()
-			case ModeCluster:
-				cfg.Addrs = redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3}).Addrs()
-			default:
-				cfg.Addrs = []string{redistest.StartServer(t).Addr}
-			}
-			ctx := testCtx(t, 30*time.Second)
-			const key = "watch:k"
-
-			during := newTestClient(t, cfg)
-			require.NoError(t, during.Set(ctx, key, "v", 0).Err())
-			err := during.Watch(ctx, func(tx *redis.Tx) error {
-				require.NoError(t, during.Close())
-				require.ErrorIs(t, tx.Get(ctx, key).Err(), ErrClosed)
-				_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, key, "w", 0); return nil })
-				return err
-			}, key)
-			require.ErrorIs(t, err, ErrClosed, "Close while the transaction ran")
-
-			used := newTestClient(t, cfg)
-			require.NoError(t, used.Get(ctx, key).Err()) // the slot map (Cluster) and a connection are ready
-			fresh := newTestClient(t, cfg)               // never used: no slot map yet
-			for _, c := range []*Client{used, fresh} {
-				require.NoError(t, c.Close())
-				for range 3 {
-					ran := false
-					err := c.Watch(ctx, func(*redis.Tx) error { ran = true; return nil }, key)
-					require.ErrorIs(t, err, ErrClosed)
-					assert.False(t, ran, "fn ran after Close")
-				}
-			}
-		})
-	}
-}
-
-// go-redis's cluster Watch can end its retry loop with nil without running
-// fn. Watch never passes that on as success.
-func TestWatchThatNeverRanFnIsAnError(t *testing.T) {
-	c, err := NewClient(Config{Mode: ModeCluster, Addrs: []string{"127.0.0.1:1"}})
-	require.NoError(t, err)
-	real := c.UniversalClient
-	defer func() { c.UniversalClient = real; _ = c.Close() }()
-	ctx := context.Background()
-	fn := func(*redis.Tx) error { t.Error("fn ran"); return nil }
-
-	c.UniversalClient = gaveUp{UniversalClient: real}
-	assert.ErrorIs(t, c.Watch(ctx, fn, "k"), errWatchNotRun)
-
-	// Close lands after Watch's own check, while go-redis's loop runs.
-	c.UniversalClient = gaveUp{UniversalClient: real, during: func() { c.closed.Store(true) }}
-	assert.ErrorIs(t, c.Watch(ctx, fn, "k"), ErrClosed)
 }
 
 // gaveUp is a client whose Watch gives up the way go-redis's cluster Watch
