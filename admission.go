@@ -58,6 +58,9 @@ type admission struct {
 	guard func(addr string) nodeGuard
 	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
 	noUnblock atomic.Bool
+	// nodeDown, if set, reports whether the breaker of the node at addr is
+	// open: a cancelled call there is cut off at once (see interrupt).
+	nodeDown func(addr string) bool
 
 	mu     sync.Mutex
 	closed bool                    // guarded by mu

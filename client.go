@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
 )
 
@@ -91,6 +92,13 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	}
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c.core, c.longClient)
+	c.adm.nodeDown = func(addr string) bool {
+		n := c.nodes.get(addr)
+		if c.sentinel != nil {
+			n = c.sentinel.node()
+		}
+		return n.br.State() == breaker.Open
+	}
 	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node

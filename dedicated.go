@@ -264,7 +264,11 @@ func reusable(err error) bool { return err == nil || err == redis.Nil || isRedis
 //
 // Real time paces the loop: this is network back-off, not logic under test.
 func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
-	if d.id == 0 || a.noUnblock.Load() {
+	if d.id == 0 || a.noUnblock.Load() || (a.nodeDown != nil && a.nodeDown(d.key)) {
+		// A node whose breaker is open is not answering: an UNBLOCK would
+		// wait for nothing, and the caller's deadline is already up. When
+		// the server resumes it finds the connection closed before it can
+		// serve the call.
 		d.sever()
 		return
 	}

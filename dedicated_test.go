@@ -329,3 +329,66 @@ func TestCancelledPostponedBlockingCallLeavesNoReplyBehind(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n, "the cancelled BLPOP popped the element after all, and its reply was lost")
 }
+
+// A blocking call behind an open breaker fails at once, typed; one already
+// waiting when its node hangs returns by its deadline, as go-redis's does
+// with ContextTimeoutEnabled, once the node's other traffic has opened the
+// breaker: an UNBLOCK would wait for a server that does not answer.
+func TestBlockingCallOnHungNodeKeepsItsDeadline(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
+	sick := cl.Masters[1]
+	key := cl.KeyOn(t, sick, "hung:q:")
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = stock.Close() })
+	ctx := testCtx(t, 60*time.Second)
+	require.Equal(t, redis.Nil, c.BLPop(ctx, 100*time.Millisecond, key).Err()) // a dedicated connection, idle
+
+	// The service's other traffic to the node, as a real one has.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = c.Get(ctx, key).Err()
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+
+	waits := map[string]time.Duration{}
+	errs := map[string]error{}
+	var mu sync.Mutex
+	var calls sync.WaitGroup
+	for name, cl := range map[string]redis.UniversalClient{"go-redis": stock, "redisguard": c} {
+		calls.Go(func() {
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := cl.BLPop(dctx, 10*time.Second, key).Err()
+			mu.Lock()
+			waits[name], errs[name] = time.Since(start), err
+			mu.Unlock()
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	sick.Pause(t)
+	calls.Wait()
+	t.Logf("BLPOP with a 2s deadline, node hung 200ms in: go-redis %v (%v), redisguard %v (%v)",
+		waits["go-redis"].Round(time.Millisecond), errs["go-redis"], waits["redisguard"].Round(time.Millisecond), errs["redisguard"])
+	assert.ErrorIs(t, errs["redisguard"], context.DeadlineExceeded)
+	assert.LessOrEqual(t, waits["redisguard"], 2100*time.Millisecond, "the waiting BLPOP missed its deadline")
+
+	// Behind the open breaker: at once, typed.
+	require.Eventually(t, func() bool { return breakerState(c, sick.Addr) == "open" }, 5*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	err := c.BLPop(ctx, 10*time.Second, key).Err()
+	took := time.Since(start)
+	assert.ErrorIs(t, err, ErrNodeUnavailable)
+	assert.Less(t, took, 10*time.Millisecond, "BLPOP behind an open breaker")
+	sick.Resume(t)
+}
