@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,12 @@ func (o demoOptions) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("--rate must be between 1 and 1000 calls/s, got %d", o.rate)
 	case o.redisServer != "" && !o.cluster:
 		return errors.New("--redis-server only makes sense with --cluster")
+	}
+	if o.svg != "" {
+		// Checked before the demo runs, not after its minute of work.
+		if st, err := os.Stat(filepath.Dir(o.svg)); err != nil || !st.IsDir() {
+			return fmt.Errorf("--svg %s: the directory %s does not exist", o.svg, filepath.Dir(o.svg))
+		}
 	}
 	return nil
 }
@@ -296,7 +303,7 @@ func report(out io.Writer, o demoOptions, be backend, tl timeline, recs [2]*reco
 		ticks, calls := r.snapshot()
 		sums[i] = summarize(o.workers, tl, ticks, calls)
 		series[i] = chartSeries{name: []string{"go-redis alone", "redisguard"}[i], color: []string{colorStock, colorGuard}[i], ticks: ticks}
-		errs[i] = errorKinds(calls, 3)
+		errs[i] = errorKinds(calls)
 	}
 	fmt.Fprintf(out, "\n%s\n", wrap(verdict(be.faultName(), o.hang, o.workers, o.cluster, sums[0], sums[1]), 100))
 	fmt.Fprintf(out, "\n%s\n%s\n", wrap("Errors callers saw with go-redis alone: "+errs[0]+".", 100),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -275,13 +276,14 @@ func wrap(text string, width int) string {
 	return b.String()
 }
 
-// errorKinds lists the distinct errors in calls, most frequent first, with
-// their counts: what the callers actually saw.
-func errorKinds(calls []call, limit int) string {
+// errorKinds lists every distinct kind of error in calls, most frequent
+// first, with its count: what the callers actually saw. Network errors are
+// grouped by what happened, not by the local port each connection had.
+func errorKinds(calls []call) string {
 	counts := map[string]int{}
 	for _, c := range calls {
 		if c.err != nil {
-			counts[c.err.Error()]++
+			counts[errKind(c.err)]++
 		}
 	}
 	type kind struct {
@@ -301,15 +303,20 @@ func errorKinds(calls []call, limit int) string {
 	if len(kinds) == 0 {
 		return "none"
 	}
-	var parts []string
-	for i, k := range kinds {
-		if i == limit {
-			parts = append(parts, fmt.Sprintf("%d other kinds", len(kinds)-limit))
-			break
-		}
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%d× %q", k.n, k.msg))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// localAddr matches the local end of a connection in a network error
+// ("read tcp 127.0.0.1:43484->127.0.0.1:6379: i/o timeout").
+var localAddr = regexp.MustCompile(`(tcp[46]?|unix) [^ ]*->`)
+
+// errKind is err's text with the local end of its connection left out.
+func errKind(err error) string {
+	return localAddr.ReplaceAllString(err.Error(), "$1 ")
 }
 
 // errInterrupted is returned when the demo was stopped by a signal.

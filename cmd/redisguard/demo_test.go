@@ -400,3 +400,24 @@ func TestChartEdgeCases(t *testing.T) {
 		})
 	}
 }
+
+// The demo refuses a chart path in a missing directory before it starts.
+func TestDemoChecksTheChartPathFirst(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run([]string{"demo", "--svg", "/no/such/dir/demo.svg"}, &stdout, &stderr)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr.String(), "/no/such/dir does not exist")
+	assert.Less(t, time.Since(start), time.Second, "the demo ran before the path was checked")
+}
+
+// Error kinds are grouped by what happened, not by each connection's local
+// port, and every kind is named.
+func TestErrorKindsGroupNetworkErrors(t *testing.T) {
+	var calls []call
+	for _, port := range []string{"40001", "40002", "40003"} {
+		calls = append(calls, call{err: errors.New("read tcp 127.0.0.1:" + port + "->127.0.0.1:6379: i/o timeout")})
+	}
+	calls = append(calls, call{err: errors.New("EOF")})
+	assert.Equal(t, `3× "read tcp 127.0.0.1:6379: i/o timeout", 1× "EOF"`, errorKinds(calls))
+}
