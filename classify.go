@@ -229,16 +229,6 @@ func blockOption(args []interface{}, start int, options []keyword) int {
 	return -1
 }
 
-// isTxBatch reports whether cmds is a transaction as go-redis sends one:
-// TxPipeline wraps the queued commands in MULTI ... EXEC before the
-// pipeline hooks see them.
-func isTxBatch(cmds []redis.Cmder) bool {
-	if len(cmds) < 2 {
-		return false
-	}
-	return cmdKind(cmds[0]) == kindMulti && cmdKind(cmds[len(cmds)-1]) == kindExec
-}
-
 // batchIsBlocking reports whether a pipeline must run on the long budget:
 // whether any of its commands blocks or holds when Redis runs it.
 //
@@ -246,10 +236,9 @@ func isTxBatch(cmds []redis.Cmder) bool {
 // and runs it inside EXEC, where it never blocks: the pops and XREAD BLOCK
 // answer at once as if their timeout had expired, and the rest reply or fail
 // at once. So a go-redis transaction (TxPipeline) of blocking commands is
-// ordinary. The
-// MULTI/EXEC state is tracked command by command rather than with
-// isTxBatch, so a raw pipeline that sends a blocking command after its own
-// EXEC or DISCARD is still caught.
+// ordinary. The MULTI/EXEC state is tracked command by command, so a raw
+// pipeline that sends a blocking command after its own EXEC or DISCARD is
+// still caught.
 //
 // A holding command counts even inside MULTI: Redis allows SUBSCRIBE and
 // MONITOR in a transaction, and after EXEC the connection is in push mode

@@ -334,7 +334,3 @@ func exampleAddr(addr string) string {
 	}
 	return net.JoinHostPort(host, "6379")
 }
-
-// breakersEnabled reports whether circuit breakers are on (the one documented
-// negative value: a negative threshold turns them off).
-func (cfg Config) breakersEnabled() bool { return cfg.NodeFailureThreshold >= 0 }

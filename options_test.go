@@ -88,11 +88,11 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, DefaultNodeRecoveryTime, cfg.NodeRecoveryTime)
 	assert.Equal(t, DefaultMaxRedirects, cfg.MaxRedirects)
 	assert.Equal(t, DefaultClusterNodeTimeout, cfg.ClusterNodeTimeout)
-	assert.True(t, cfg.breakersEnabled())
+	assert.True(t, cfg.NodeFailureThreshold >= 0)
 
 	off, err := Config{Addrs: []string{"a:1"}, NodeFailureThreshold: -1}.resolve()
 	require.NoError(t, err, "a negative threshold is the documented way to turn breakers off")
-	assert.False(t, off.breakersEnabled())
+	assert.False(t, off.NodeFailureThreshold >= 0)
 }
 
 func TestModeAuto(t *testing.T) {
