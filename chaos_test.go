@@ -106,8 +106,8 @@ func TestChaos(t *testing.T) {
 		Addrs: cl.Addrs(), ClientName: chaosName,
 		ReadTimeout: time.Second, PoolTimeout: time.Second,
 		MaxConnections: 32, MaxLongConnections: 12,
-		NodeFailureThreshold: 3, NodeRecoveryTime: time.Second,
-		ClusterNodeTimeout: 2 * time.Second,
+		NodeFailureThreshold: 3, // NodeRecoveryTime at its default: recovery is probed, not timed
+		ClusterNodeTimeout:   2 * time.Second,
 	}
 	c, err := NewClient(cfg)
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestChaos(t *testing.T) {
 		Username: chaosACLUser, Password: chaosACLPassword,
 		// Above the stalls an in-process proxy sees on 2 CPUs under -race.
 		ReadTimeout: 1500 * time.Millisecond, PoolTimeout: time.Second,
-		NodeFailureThreshold: 3, NodeRecoveryTime: 500 * time.Millisecond,
+		NodeFailureThreshold: 3,
 	}
 	sc, err := NewClient(sideCfg)
 	require.NoError(t, err)
