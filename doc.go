@@ -14,12 +14,15 @@
 //     go-redis's errors into a small documented set (see errors.go).
 //   - A hook on each node's client, installed through the per-node
 //     constructor (ClusterOptions.NewClient), holds that node's circuit
-//     breaker. Connection failures and timeouts open it; error replies are
-//     answers and do not. While it is open, commands for that node fail at
-//     once with ErrNodeUnavailable instead of queueing behind a dead socket.
+//     breaker (node.go). Connection failures and timeouts open it; error
+//     replies are answers and do not. While it is open, commands for that
+//     node fail at once with ErrNodeUnavailable instead of queueing behind a
+//     dead socket, and the client probes the node on connections of its own
+//     (probe.go); the first answer lets traffic through again. In Sentinel
+//     mode the breaker follows the master's address (sentinel.go).
 //     The same hook retries a reset connection once, except for commands
 //     not known to be safe to repeat (RPUSH, INCR, SET NX, DEL, unknown
-//     commands...; repeatable in classify.go), which end with
+//     commands...; repeatable in classify_repeat.go), which end with
 //     ErrOutcomeUnknown when they may have run (repeat.go).
 //   - In Cluster mode, the same node hook sees every CLUSTER SLOTS that
 //     go-redis sends and makes the slot-map refresh single-flight and
@@ -47,11 +50,13 @@
 // Exporters live outside the core module; examples/prometheus shows one for
 // client_golang.
 //
-// A Client runs no background loops. The only goroutines it starts are
-// short-lived and owned: the CLIENT UNBLOCK sender of a cancelled blocking
-// call, which Close waits for, the closer of a dedicated connection whose
-// set-up a cancellation cut short, which only closes a socket, and the
-// parallel slot-ownership queries of a divergence decision, which end
-// before the command returns. go-redis's own reload goroutines end by
-// themselves, and Close closes every pool.
+// A healthy Client runs no background loops. The goroutines it starts are
+// owned and stopped by Close: one prober per node whose breaker is open,
+// with its probes in flight; in Sentinel mode, the look-up of the master
+// while its breaker is open; the CLIENT UNBLOCK sender of a cancelled
+// blocking call; the closer of a dedicated connection whose set-up a
+// cancellation cut short, which only closes a socket; and the parallel
+// slot-ownership queries of a divergence decision, which end before the
+// command returns. go-redis's own reload goroutines end by themselves, and
+// Close closes every pool.
 package redisguard
