@@ -93,11 +93,10 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c.core, c.longClient)
 	c.adm.nodeDown = func(addr string) bool {
-		n := c.nodes.get(addr)
 		if c.sentinel != nil {
-			n = c.sentinel.node()
+			return c.sentinel.node().br.State() == breaker.Open
 		}
-		return n.br.State() == breaker.Open
+		return c.nodes.get(addr).br.State() == breaker.Open
 	}
 	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
@@ -333,7 +332,7 @@ func (c *Client) ClusterClient() *redis.ClusterClient {
 func nodeProbe(opt *redis.Options, sm *sentinelMaster) func(context.Context, string, time.Duration) error {
 	return func(ctx context.Context, addr string, wait time.Duration) error {
 		if sm != nil && addr == sm.role.addr {
-			return sm.probeRole()
+			return sm.probeRole(ctx)
 		}
 		_, err := probeAddr(ctx, opt, addr, wait, "ping")
 		return err

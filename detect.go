@@ -27,7 +27,7 @@ func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
 	noDB.DB = 0 // a cluster node refuses SELECT
 	cmd, err := probeAddr(ctx, &noDB, cfg.Addrs[0], wait, "info", "cluster")
 	if err != nil {
-		if isRedisReply(err) {
+		if isRedisReply(err) && !refusedUs(err) {
 			return ModeStandalone, nil // a server without INFO cluster is no cluster node
 		}
 		return ModeStandalone, err
@@ -75,3 +75,15 @@ func (e *undetectedError) Error() string {
 }
 
 func (e *undetectedError) Unwrap() error { return e.reply }
+
+// refusedUs reports whether a reply refused the client rather than answered
+// the question: credentials, ACL permissions, the server's client limit.
+func refusedUs(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "max number of clients")
+}

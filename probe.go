@@ -179,6 +179,10 @@ func probeAddr(ctx context.Context, base *redis.Options, addr string, wait time.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	cl := redis.NewClient(&opt)
 	defer cl.Close()
+	// go-redis turns a context's deadline into the socket's, but not its
+	// cancellation: closing the client is what ends a read in flight when
+	// Close cancels a probe.
+	defer context.AfterFunc(ctx, func() { _ = cl.Close() })()
 	cmd := redis.NewCmd(ctx, args...)
 	_ = cl.Process(ctx, cmd)
 	return cmd, cmd.Err()

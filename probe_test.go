@@ -2,11 +2,13 @@ package redisguard
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -92,4 +94,29 @@ func TestProbeScheduleFollowsNodeRecoveryTime(t *testing.T) {
 	now := time.Now()
 	assert.LessOrEqual(t, n.sched.Next(now.Add(time.Hour), false), time.Duration(float64(3*time.Second)*1.2))
 	assert.GreaterOrEqual(t, n.sched.Next(now.Add(time.Hour), false), time.Duration(float64(3*time.Second)*0.8))
+}
+
+// A probe waiting on a server that does not answer ends when its context is
+// cancelled, long before its wait is up: go-redis only turns a deadline into
+// the socket's, so Close's cancellation must close the probe's client.
+func TestProbeEndsWhenCancelled(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Pause(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := probeAddr(ctx, &redis.Options{DialTimeout: 10 * time.Second}, srv.Addr, 10*time.Second, "ping")
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		assert.Error(t, err)
+		assert.Less(t, time.Since(start), 2*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled probe kept waiting for its answer")
+	}
+	srv.Resume(t)
 }

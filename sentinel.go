@@ -61,7 +61,6 @@ type sentinelMaster struct {
 	mu         sync.Mutex
 	discovered bool                                 // guarded by mu; the other sentinels were asked for
 	conns      map[string]map[*trackedConn]struct{} // guarded by mu; open connections by address
-	clients    map[string]*redis.SentinelClient     // guarded by mu; created on first question
 	watching   bool                                 // guarded by mu; the look-up goroutine runs
 	again      bool                                 // guarded by mu; a READONLY came during a round
 	closed     bool                                 // guarded by mu
@@ -74,8 +73,7 @@ func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.
 		name: name, sentinels: slices.Clone(sentinels), master: master, sentinel: sentinel,
 		nodes: nodes, role: nodes(sentinelNodeName(name)), log: log,
 		ctx: ctx, cancel: cancel,
-		conns:   make(map[string]map[*trackedConn]struct{}),
-		clients: make(map[string]*redis.SentinelClient),
+		conns: make(map[string]map[*trackedConn]struct{}),
 	}
 }
 
@@ -95,6 +93,9 @@ func (s *sentinelMaster) node() *node {
 // than n's: go-redis's sentinel still named an old master. That failure says
 // nothing about n.
 func (s *sentinelMaster) dialedElsewhere(n *node, err error) bool {
+	if n == s.role {
+		return false // the role stands for whatever address go-redis dials
+	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil && opErr.Addr.String() != n.addr
 }
@@ -124,7 +125,7 @@ func (s *sentinelMaster) DialHook(next redis.DialHook) redis.DialHook {
 		}
 		if err != nil {
 			var opErr *net.OpError
-			if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil {
+			if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil && !s.isSentinel(opErr.Addr.String()) {
 				s.use(opErr.Addr.String())
 			}
 			return nil, err
@@ -188,7 +189,7 @@ func (s *sentinelMaster) watch() {
 			return
 		case <-timer.C:
 		}
-		s.resolve()
+		s.resolve(s.ctx)
 		s.mu.Lock()
 		again := s.again
 		s.again = false
@@ -206,8 +207,10 @@ func (s *sentinelMaster) watch() {
 // switches to the first different answer that confirms it is a master (ROLE),
 // without waiting for the slower sentinels: one that hangs costs the look-up
 // nothing. It reports the address it ends with, or "" if no sentinel
-// answered.
-func (s *sentinelMaster) resolve() string {
+// answered. It returns early once ctx or the client is done.
+func (s *sentinelMaster) resolve(ctx context.Context) string {
+	ctx, stop := mergeCancel(ctx, s.ctx)
+	defer stop()
 	old := s.cur.Load()
 	s.mu.Lock()
 	if s.closed {
@@ -221,18 +224,18 @@ func (s *sentinelMaster) resolve() string {
 	for _, sa := range sentinels {
 		go func() {
 			defer s.wg.Done()
-			addr, _ := s.ask(sa)
+			addr, _ := s.ask(ctx, sa)
 			answers <- addr
 		}()
 	}
 	answered := ""
 	for range sentinels {
 		addr := <-answers
-		if addr == "" {
+		if addr == "" || ctx.Err() != nil {
 			continue
 		}
 		answered = addr
-		if (old != nil && addr == old.addr) || !s.isMaster(addr) {
+		if (old != nil && addr == old.addr) || !s.isMaster(ctx, addr) {
 			continue
 		}
 		if old == nil {
@@ -251,8 +254,8 @@ func (s *sentinelMaster) resolve() string {
 
 // probeRole is the recovery probe of the role's node: it succeeds once a
 // sentinel names a master that answers as one.
-func (s *sentinelMaster) probeRole() error {
-	if addr := s.resolve(); addr != "" && s.cur.Load() != nil {
+func (s *sentinelMaster) probeRole(ctx context.Context) error {
+	if addr := s.resolve(ctx); addr != "" && s.cur.Load() != nil {
 		return nil
 	}
 	return errNoMaster
@@ -269,23 +272,18 @@ func (e *unknownMasterError) Error() string {
 	return fmt.Sprintf("redisguard: the sentinels monitor no master named %q (check MasterName)", e.name)
 }
 
-func (s *sentinelMaster) ask(sentinelAddr string) (string, error) {
-	s.mu.Lock()
-	cl, ok := s.clients[sentinelAddr]
-	if !ok && !s.closed {
-		opt := *s.sentinel
-		opt.Addr = sentinelAddr
-		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, 1 // two: see probeAddr
-		opt.DialTimeout = min(opt.DialTimeout, sentinelQueryTimeout)
-		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = sentinelQueryTimeout, sentinelQueryTimeout, sentinelQueryTimeout
-		cl = redis.NewSentinelClient(&opt)
-		s.clients[sentinelAddr] = cl
-	}
-	s.mu.Unlock()
-	if cl == nil {
-		return "", ErrClosed
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, sentinelQueryTimeout)
+// ask asks one sentinel for the master's address, on a client made for the
+// question and closed after it: a kept client whose dials failed twice
+// would start go-redis's background redial loop, which outlives Close.
+func (s *sentinelMaster) ask(ctx context.Context, sentinelAddr string) (string, error) {
+	opt := *s.sentinel
+	opt.Addr = sentinelAddr
+	opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, 1 // two: see probeAddr
+	opt.DialTimeout = min(opt.DialTimeout, sentinelQueryTimeout)
+	opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = sentinelQueryTimeout, sentinelQueryTimeout, sentinelQueryTimeout
+	cl := redis.NewSentinelClient(&opt)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
 	defer cancel()
 	hp, err := cl.GetMasterAddrByName(ctx, s.name).Result()
 	if err != nil {
@@ -327,8 +325,8 @@ func (s *sentinelMaster) discover(ctx context.Context, cl *redis.SentinelClient)
 }
 
 // isMaster reports whether addr answers ROLE as a master.
-func (s *sentinelMaster) isMaster(addr string) bool {
-	ctx, cancel := context.WithTimeout(s.ctx, sentinelQueryTimeout)
+func (s *sentinelMaster) isMaster(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
 	defer cancel()
 	cmd, err := probeAddr(ctx, s.master, addr, sentinelQueryTimeout, "role")
 	if err != nil {
@@ -342,19 +340,14 @@ func (s *sentinelMaster) isMaster(addr string) bool {
 	return r == "master"
 }
 
-// close stops the look-up and closes the sentinel clients. The connections
+// close stops the look-up and waits for its questions. The connections
 // it tracks belong to go-redis's pools, which close them.
 func (s *sentinelMaster) close() {
 	s.mu.Lock()
 	s.closed = true
-	clients := s.clients
-	s.clients = nil
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
-	for _, cl := range clients {
-		_ = cl.Close()
-	}
 }
 
 // track wraps conn so that drop can close it. The wrapper keeps the
@@ -417,3 +410,18 @@ type trackedSyscallConn struct {
 }
 
 func (c trackedSyscallConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
+// isSentinel reports whether addr is one of the sentinels: a failed dial to
+// a sentinel (go-redis found none reachable) names no master.
+func (s *sentinelMaster) isSentinel(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.sentinels, addr)
+}
+
+// mergeCancel returns a context that is done when a or b is; stop releases it.
+func mergeCancel(a, b context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(a)
+	stopB := context.AfterFunc(b, cancel)
+	return ctx, func() { stopB(); cancel() }
+}
