@@ -89,6 +89,19 @@ func TestSentinelReadOnlyReplyAsksTheSentinels(t *testing.T) {
 	sm := c.sentinel
 	ctx := testCtx(t, 30*time.Second)
 
+	// The client has met the master, and its first-contact look-up has
+	// finished.
+	require.NoError(t, c.Ping(ctx).Err())
+	require.Equal(t, g.Master.Addr, sm.node().addr)
+	redistest.WaitFor(t, 5*time.Second, "the first-contact look-up to end", func() error {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		if sm.watching {
+			return errors.New("still looking")
+		}
+		return nil
+	})
+
 	// A go-redis client on the replica, with the sentinel hook that the
 	// client installs on its failover clients, taking the replica for the
 	// master.
@@ -97,7 +110,10 @@ func TestSentinelReadOnlyReplyAsksTheSentinels(t *testing.T) {
 	t.Cleanup(func() { _ = onReplica.Close() })
 	require.NoError(t, onReplica.Ping(ctx).Err())
 	require.Equal(t, g.Replica.Addr, sm.node().addr)
-	require.Len(t, sm.conns[g.Replica.Addr], 1)
+	sm.mu.Lock()
+	tracked := len(sm.conns[g.Replica.Addr])
+	sm.mu.Unlock()
+	require.Equal(t, 1, tracked)
 
 	err := onReplica.Set(ctx, "k", "v", 0).Err()
 	require.True(t, redis.IsReadOnlyError(err), "write to the replica: %v", err)
