@@ -40,6 +40,10 @@ import (
 // interrupt).
 const unblockGrace = time.Second
 
+// downUnblockGrace is unblockGrace for a call on a node whose breaker is
+// open (see interrupt).
+const downUnblockGrace = 100 * time.Millisecond
+
 // admission holds the long budget and the long client.
 type admission struct {
 	k *core

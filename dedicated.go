@@ -264,15 +264,20 @@ func reusable(err error) bool { return err == nil || err == redis.Nil || isRedis
 //
 // Real time paces the loop: this is network back-off, not logic under test.
 func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
-	if d.id == 0 || a.noUnblock.Load() || (a.nodeDown != nil && a.nodeDown(d.key)) {
-		// A node whose breaker is open is not answering: an UNBLOCK would
-		// wait for nothing, and the caller's deadline is already up. When
-		// the server resumes it finds the connection closed before it can
-		// serve the call.
+	if d.id == 0 || a.noUnblock.Load() {
 		d.sever()
 		return
 	}
-	giveUp := time.Now().Add(unblockGrace)
+	grace := unblockGrace
+	if a.nodeDown != nil && a.nodeDown(d.key) {
+		// A node whose breaker is open has stopped answering: the UNBLOCK
+		// gets a short chance (a slow server still answers it, and no
+		// element is lost), then the connection is closed, so the call keeps
+		// its deadline. A hung server, when it resumes, finds the connection
+		// closed before it can serve the call.
+		grace = downUnblockGrace
+	}
+	giveUp := time.Now().Add(grace)
 	wait := time.Millisecond
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
