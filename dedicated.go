@@ -127,7 +127,14 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 
 	stop := context.AfterFunc(ctx, d.sever) // cancelled while the server does not answer
 	id, err := d.conn.ClientID(withCaller(ctx, ctx)).Result()
-	stop()
+	if !stop() {
+		// The cancellation came during the set-up and is severing d,
+		// perhaps just as CLIENT ID answered: the call must not be sent
+		// on a connection being closed under it, where a reply (an
+		// element) could be lost. Nothing of the call was sent.
+		a.discard(d)
+		return nil, ctx.Err()
+	}
 	if err != nil && !isRedisReply(err) {
 		a.discard(d)
 		return nil, setupFailure(err, d.answered())
@@ -288,6 +295,10 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 			a.noUnblock.Store(true)
 			d.sever()
 			return
+		case err != nil && isConnReset(err) && !errors.Is(err, ErrClosed) && time.Now().Before(giveUp):
+			// The control connection, not the call's, was dropped: ask
+			// again on another. Cutting the call off instead would lose an
+			// element whose reply is on its way.
 		case err != nil:
 			d.sever() // no answer in time, or the client is closing
 			return
