@@ -93,10 +93,14 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
 	c.adm = newAdmission(c.core, c.longClient)
 	c.adm.nodeDown = func(addr string) bool {
-		if c.sentinel != nil {
+		switch {
+		case c.sentinel != nil:
 			return c.sentinel.node().br.State() == breaker.Open
+		case addr == "":
+			addr = c.cfg.Addrs[0] // Standalone: the long client's one server
 		}
-		return c.nodes.get(addr).br.State() == breaker.Open
+		n, ok := c.nodes.lookup(addr)
+		return ok && n.br.State() == breaker.Open
 	}
 	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})

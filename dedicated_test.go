@@ -392,3 +392,21 @@ func TestBlockingCallOnHungNodeKeepsItsDeadline(t *testing.T) {
 	assert.Less(t, took, 10*time.Millisecond, "BLPOP behind an open breaker")
 	sick.Resume(t)
 }
+
+// Cancelling blocking calls asks after the node's breaker without adding a
+// node of its own: Stats lists the one server a Standalone client talks to.
+func TestCancelledBlockingCallsAddNoNode(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 10*time.Second)
+	for range 5 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+		_ = c.BLPop(cctx, 10*time.Second, "nonode:q").Err()
+		cancel()
+	}
+	var addrs []string
+	for _, n := range c.Stats().Nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	assert.Equal(t, []string{srv.Addr}, addrs)
+}

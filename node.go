@@ -80,6 +80,14 @@ func (n *node) idle(now time.Time) bool {
 	return now.UnixNano()-n.lastRefused.Load() > int64(probeIdleAfter)
 }
 
+// lookup returns the node for addr if it has one, creating nothing.
+func (s *nodeSet) lookup(addr string) (*node, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[addr]
+	return n, ok
+}
+
 // get returns the node for addr, creating its breaker on first use.
 func (s *nodeSet) get(addr string) *node {
 	s.mu.Lock()
