@@ -21,13 +21,18 @@ import (
 //	subscriptionBudget   client       client            each node client
 //	divergenceHook       -            -                 cluster client
 //	sentinelMaster       -            client (first)    -
+//	replicaHook          -            -                 each node client (ordinary only, with ReadFrom)
 //	nodeGuard            client       client            each node client
 //
 // In Standalone and Sentinel mode nodeGuard is added here, before the
 // caller adds facadeHook, so it is the outer one and already scores the
 // long calls facadeHook hands to the long client; in Cluster mode it sits
 // on the node clients, inside every cluster-level hook.
-func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long bool) redis.UniversalClient {
+//
+// With rr (the ordinary client in Cluster mode, when Config.ReadFrom reads
+// from replicas) the cluster client routes reads to replicas as ReadFrom
+// says, and each node client gets rr's replicaHook (replica.go).
+func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolSize int, long bool) redis.UniversalClient {
 	cfg := k.cfg
 	uo := k.options(poolSize)
 	switch cfg.Mode {
@@ -53,9 +58,19 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long 
 			// answer everything else, keep ReadTimeout.
 			co.ReadTimeout = noReadTimeout
 		}
+		if rr != nil {
+			// go-redis then sends READONLY on every node connection and
+			// reads to a node of the slot's shard; replicaHook decides.
+			co.ReadOnly = true
+			co.RouteByLatency = cfg.ReadFrom == ReadFromNearest
+			co.RouteRandomly = cfg.ReadFrom == ReadFromAny
+		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			cl := redis.NewClient(opt)
+			if rr != nil {
+				cl.AddHook(rr.register(opt.Addr, cl))
+			}
 			cl.AddHook(nodes.guard(opt.Addr))
 			return cl
 		}
@@ -78,7 +93,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 	if c.cfg.Mode == ModeCluster {
 		// Node clients carry the shared breakers; attaching the client makes
 		// its CLUSTER SLOTS go through the shared single-flight cache.
-		cc := newGoRedis(c.core, c.nodes, nil, size, true).(*redis.ClusterClient)
+		cc := newGoRedis(c.core, c.nodes, nil, nil, size, true).(*redis.ClusterClient)
 		c.topo.attach(cc)
 		// Redirects on the long client are followed by go-redis's loop
 		// (process, batch); a cycle ends typed there too, not as the raw
@@ -97,7 +112,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 	k := newCore(cfg, c.clock)
 	k.log = c.log
 	nodes := newNodeSet(k, nil, nodeProbe(c.probeOpt, nil))
-	return newGoRedis(k, nodes, c.sentinel, size, true), nodes.guard
+	return newGoRedis(k, nodes, c.sentinel, nil, size, true), nodes.guard
 }
 
 // options is the one UniversalOptions every client is built from, converted

@@ -458,3 +458,34 @@ func holdingErr(cmd redis.Cmder) error {
 	}
 	return errSubscribeCommand
 }
+
+// isNodeAdmin reports whether cmd is one go-redis or redisguard sends to a
+// particular node for its own purposes (the connection handshake, latency
+// and loading PINGs, CLUSTER SLOTS, COMMAND, the replica lag's INFO,
+// ASKING): a read that reaches a replica is routed (replica.go), these
+// stay where they were sent.
+func isNodeAdmin(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) == 0 {
+		return true
+	}
+	name, ok := args[0].(string)
+	if !ok {
+		return false
+	}
+	switch len(name) {
+	case 4:
+		return strings.EqualFold(name, "ping") || strings.EqualFold(name, "info") || strings.EqualFold(name, "auth")
+	case 5:
+		return strings.EqualFold(name, "hello")
+	case 6:
+		return strings.EqualFold(name, "client") || strings.EqualFold(name, "select") || strings.EqualFold(name, "asking")
+	case 7:
+		return strings.EqualFold(name, "cluster") || strings.EqualFold(name, "command")
+	case 8:
+		return strings.EqualFold(name, "readonly")
+	case 9:
+		return strings.EqualFold(name, "readwrite")
+	}
+	return false
+}

@@ -33,6 +33,7 @@ type Client struct {
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
+	replicas *replicas       // replica reads (Cluster mode with ReadFrom); nil otherwise
 
 	// undetected is why the first contact failed, when ModeAuto could not
 	// tell a cluster node from a standalone server; nil otherwise.
@@ -102,7 +103,10 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
-	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
+	if c.topo != nil && resolved.ReadFrom != ReadFromMaster {
+		c.replicas = newReplicas(c.core, c.nodes, c.topo)
+	}
+	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, c.replicas, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node
 	// client in Cluster mode; registered before any node client exists.
@@ -132,6 +136,9 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		c.nodes.close()
+		if c.replicas != nil {
+			c.replicas.close()
+		}
 		if c.sentinel != nil {
 			c.sentinel.close()
 		}
@@ -312,7 +319,11 @@ func (c *Client) forEach(ctx context.Context, fn func(context.Context, *redis.Cl
 	var err error
 	switch cl := c.UniversalClient.(type) {
 	case *redis.ClusterClient:
-		err = cluster(cl, ctx, fn)
+		// The caller chose the node: its reads stay there (replica.go).
+		direct := func(ctx context.Context, node *redis.Client) error {
+			return fn(context.WithValue(ctx, directNodeKey{}, true), node)
+		}
+		err = cluster(cl, ctx, direct)
 	case *redis.Client:
 		if master {
 			err = fn(ctx, cl)

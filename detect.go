@@ -42,6 +42,9 @@ func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
 // applyDetected fixes up cfg for the mode a single address turned out to be.
 func applyDetected(cfg *Config, mode Mode) error {
 	cfg.Mode = mode
+	if err := cfg.validateReadFrom(); err != nil {
+		return err
+	}
 	if mode != ModeCluster {
 		return nil
 	}

@@ -52,6 +52,13 @@ const (
 	// failed; the next follows later (see Config.NodeRecoveryTime). Addr
 	// and Err say which node and why. Logged at debug level.
 	EventProbeFailed
+	// EventReplicaReadsStarted: with ReadFromMasterPreferred, a master's
+	// breaker is open and a replica of its shard served the first of its
+	// reads. Addr is the master; the log names the replica.
+	EventReplicaReadsStarted
+	// EventReplicaReadsStopped: the master's reads go to it again. Addr is
+	// the master; Duration is how long a replica served them.
+	EventReplicaReadsStopped
 )
 
 func (k EventKind) String() string {
@@ -74,6 +81,10 @@ func (k EventKind) String() string {
 		return "divergence"
 	case EventProbeFailed:
 		return "probe-failed"
+	case EventReplicaReadsStarted:
+		return "replica-reads-started"
+	case EventReplicaReadsStopped:
+		return "replica-reads-stopped"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -186,6 +197,10 @@ func (k EventKind) message() string {
 		return "redisguard: redirect cycle on slot"
 	case EventProbeFailed:
 		return "redisguard: recovery probe failed"
+	case EventReplicaReadsStarted:
+		return "redisguard: master unavailable, a replica serves its reads"
+	case EventReplicaReadsStopped:
+		return "redisguard: master serves its reads again"
 	}
 	return "redisguard: event"
 }

@@ -61,6 +61,10 @@ type Report struct {
 	Write        *StepResult `json:"write,omitempty"`
 	Breakers     *StepResult `json:"breakers,omitempty"`
 
+	// ReadFromReplica lists the masters, sorted, whose breaker is open and
+	// whose reads a replica serves now (ReadFromMasterPreferred).
+	ReadFromReplica []string `json:"read_from_replica,omitempty"`
+
 	// Nodes is the breaker of every node the client has talked to, sorted by
 	// address, as in Stats.
 	Nodes []NodeStats `json:"nodes"`
@@ -130,6 +134,9 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 		rep.judge(opts.RequireAllShards)
 		rep.Duration = time.Since(start)
 		rep.Nodes = c.Stats().Nodes
+		if c.replicas != nil {
+			rep.ReadFromReplica = c.replicas.readFromReplica()
+		}
 	}()
 
 	var err error

@@ -47,6 +47,7 @@ type node struct {
 	outcomeUnknowns atomic.Uint64 // commands ended with ErrOutcomeUnknown
 	probes          atomic.Uint64 // recovery probes sent
 	probeFailures   atomic.Uint64 // of which failed
+	replicaReads    atomic.Uint64 // reads served standing in for its master (replica.go)
 	exhaustLog      logLimiter    // keeps an overloaded node from flooding the log
 }
 

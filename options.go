@@ -180,6 +180,20 @@ type Config struct {
 	// default: nil, no logging
 	Logger *slog.Logger
 
+	// ReadFrom says which node of a shard serves read-only commands in
+	// Cluster mode (see ReadFrom and docs/replicas.md). Anything but
+	// ReadFromMaster is invalid in the other modes.
+	// default: ReadFromMaster
+	ReadFrom ReadFrom
+
+	// MaxReplicaStaleness, when positive, keeps a replica from serving
+	// reads once its last contact with its master (INFO replication) is
+	// older than this; the replica is asked at most once a second, and only
+	// while reads want it. A read with no usable node then fails with
+	// ErrNodeUnavailable naming the master.
+	// default: 0, no bound
+	MaxReplicaStaleness time.Duration
+
 	// OnEvent, if set, receives every Event: breaker transitions, topology
 	// refreshes, pool exhaustion and divergence decisions, as typed values
 	// for metrics and alerts. The same events go to Logger.
@@ -270,11 +284,15 @@ func (cfg *Config) validate() error {
 		{"MaxRedirects", int64(cfg.MaxRedirects)},
 		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
+		{"MaxReplicaStaleness", int64(cfg.MaxReplicaStaleness)},
 	}
 	for _, f := range nonNegative {
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
 		}
+	}
+	if err := cfg.validateReadFrom(); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -333,4 +351,22 @@ func exampleAddr(addr string) string {
 		host = h
 	}
 	return net.JoinHostPort(host, "6379")
+}
+
+// validateReadFrom checks ReadFrom against the mode: replicas are read only
+// in Cluster mode. ModeAuto is checked again once the mode is known.
+func (cfg *Config) validateReadFrom() error {
+	if cfg.ReadFrom < ReadFromMaster || int(cfg.ReadFrom) >= len(readFromNames) {
+		return invalid("ReadFrom", "%d is not a known ReadFrom", int(cfg.ReadFrom))
+	}
+	if cfg.ReadFrom == ReadFromMaster {
+		return nil
+	}
+	switch cfg.Mode {
+	case ModeStandalone:
+		return invalid("ReadFrom", "is %s, but a standalone server has no replicas to read from", cfg.ReadFrom)
+	case ModeSentinel:
+		return invalid("ReadFrom", "is %s, but Sentinel mode reads from the master only", cfg.ReadFrom)
+	}
+	return nil
 }

@@ -74,6 +74,9 @@ type NodeStats struct {
 	// was open; ProbeFailures counts those that failed.
 	Probes        uint64 `json:"probes"`
 	ProbeFailures uint64 `json:"probe_failures"`
+	// ReplicaReads counts the reads the node served as a replica
+	// (Config.ReadFrom); commands of a pipeline count one each.
+	ReplicaReads uint64 `json:"replica_reads"`
 }
 
 // Stats returns a snapshot of the client's guard state.
@@ -92,6 +95,7 @@ func (c *Client) Stats() Stats {
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 			Probes:              n.probes.Load(),
 			ProbeFailures:       n.probeFailures.Load(),
+			ReplicaReads:        n.replicaReads.Load(),
 		})
 		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
 	}

@@ -53,6 +53,8 @@ import (
 //	client_name             ClientName            printable ASCII, no spaces
 //	max_redirects           MaxRedirects          whole number >= 0 (cluster only)
 //	cluster_node_timeout    ClusterNodeTimeout    duration (cluster only)
+//	read_from               ReadFrom              master, master_preferred, replica_preferred, nearest or any
+//	max_replica_staleness   MaxReplicaStaleness   duration
 //	sentinel_username       SentinelUsername      text (sentinel only)
 //	sentinel_password       SentinelPassword      text (sentinel only)
 //
@@ -464,8 +466,17 @@ var urlParams = map[string]urlParam{
 	}},
 	"max_redirects":        {ModeCluster, countParam(false, func(c *Config) *int { return &c.MaxRedirects }).set},
 	"cluster_node_timeout": {ModeCluster, durationParam(func(c *Config) *time.Duration { return &c.ClusterNodeTimeout }).set},
-	"sentinel_username":    {ModeSentinel, func(c *Config, v string) error { c.SentinelUsername = v; return nil }},
-	"sentinel_password":    {ModeSentinel, func(c *Config, v string) error { c.SentinelPassword = v; return nil }},
+	"read_from": {set: func(c *Config, v string) error {
+		r, ok := parseReadFrom(v)
+		if !ok {
+			return errors.New("is not one of master, master_preferred, replica_preferred, nearest, any")
+		}
+		c.ReadFrom = r
+		return nil
+	}},
+	"max_replica_staleness": durationParam(func(c *Config) *time.Duration { return &c.MaxReplicaStaleness }),
+	"sentinel_username":     {ModeSentinel, func(c *Config, v string) error { c.SentinelUsername = v; return nil }},
+	"sentinel_password":     {ModeSentinel, func(c *Config, v string) error { c.SentinelPassword = v; return nil }},
 }
 
 func durationParam(field func(*Config) *time.Duration) urlParam {
