@@ -1,0 +1,242 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// The replica-read scenarios: one master of three hangs (SIGSTOP) for less
+// than cluster-node-timeout, so nothing fails over, under 20 readers and 5
+// writers on its slots. go-redis alone, redisguard with the default Config
+// and redisguard with ReadFromMasterPreferred run one after the other on the
+// same cluster; with ReadFromMasterPreferred the master's reads must go on
+// from its replica once its breaker opens, and its writes fail typed.
+
+const (
+	replicaReaders     = 20
+	replicaWriters     = 5
+	replicaNodeTimeout = 5 * time.Second
+	// replicaReadTimeout is the one timing setting the guarded runs lower,
+	// as a user who wants timeouts to bite would: the breaker opens once
+	// NodeFailureThreshold reads have timed out.
+	replicaReadTimeout = 500 * time.Millisecond
+)
+
+// replicaRun is one client's run through a pause of the first master.
+type replicaRun struct {
+	name         string
+	reads        []op // reads of the paused master's keys, from 1.5s into the pause until it resumes
+	late         []op // reads from 4s into the pause until shortly before it resumes
+	writeErrs    []op // failed writes during the pause
+	replicaCalls int  // GETs the replica served before the pause
+	errs         string
+}
+
+// pauseUnderLoad pauses cl's first master for pause under readers and
+// writers of its keys through c, and returns what happened. during, if set,
+// runs 2s into the pause.
+func pauseUnderLoad(t *testing.T, cl *redistest.Cluster, keys []string, name string, c redis.UniversalClient,
+	pause time.Duration, during func()) replicaRun {
+	t.Helper()
+	master, replica := cl.Masters[0], cl.Replicas[0]
+	const warm = 1500 * time.Millisecond
+	total := warm + pause + time.Second
+	var reads, writes *opRecord
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		reads = runLoad(replicaReaders, total, func(ctx context.Context, rng *rand.Rand) (int, error) {
+			return 0, c.Get(ctx, keys[rng.IntN(len(keys))]).Err()
+		})
+	})
+	wg.Go(func() {
+		writes = runLoad(replicaWriters, total, func(ctx context.Context, rng *rand.Rand) (int, error) {
+			err := c.Set(ctx, keys[rng.IntN(len(keys))], strconv.Itoa(rng.IntN(1000)), 0).Err()
+			if err != nil {
+				// A failing writer paces itself as a service would (its
+				// caller gets the error and comes back), rather than spin
+				// and starve the readers of the two test CPUs.
+				time.Sleep(time.Millisecond)
+			}
+			return 0, err
+		})
+	})
+	before := commandCalls(t, []*redistest.Server{replica}, "get")
+	time.Sleep(warm)
+	r := replicaRun{name: name, replicaCalls: commandCalls(t, []*redistest.Server{replica}, "get") - before}
+	master.Pause(t)
+	paused := time.Now()
+	if during != nil {
+		time.Sleep(2 * time.Second)
+		during()
+	}
+	time.Sleep(pause - time.Since(paused))
+	master.Resume(t)
+	wg.Wait()
+	// Both records start within a few microseconds of each other.
+	start := paused.Sub(reads.start)
+	r.reads = reads.filter(0, start+1500*time.Millisecond, start+pause, nil)
+	// Reads decided while the master still hangs: one started just before
+	// the resume may be routed after it.
+	r.late = reads.filter(0, start+4*time.Second, start+pause-300*time.Millisecond, nil)
+	r.writeErrs = writes.filter(0, start, start+pause, errOps)
+	r.errs = errorKinds(append(reads.filter(0, 0, time.Hour, errOps), r.writeErrs...))
+	return r
+}
+
+func (r replicaRun) row() []string {
+	ok := len(filterOps(r.reads, okOps))
+	rate := 0.0
+	if len(r.reads) > 0 {
+		rate = float64(ok) / float64(len(r.reads))
+	}
+	return []string{r.name, strconv.Itoa(len(r.reads)), fmtPct(rate), fmtDur(percentile(r.reads, 99)),
+		strconv.Itoa(len(r.writeErrs)), strconv.Itoa(r.replicaCalls)}
+}
+
+func filterOps(ops []op, keep func(op) bool) []op {
+	var out []op
+	for _, o := range ops {
+		if keep(o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// typedWriteErr reports whether a failed write says what redisguard knows:
+// refused by the open breaker, or caught by the pause after it was sent.
+func typedWriteErr(err error) bool {
+	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrOutcomeUnknown)
+}
+
+func startReplicaCluster(t *testing.T) (*redistest.Cluster, []string) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: replicaNodeTimeout})
+	keys := clusterKeys(t, cl, 200)[0]
+	return cl, keys
+}
+
+// A master hangs for less than cluster-node-timeout. With
+// ReadFromMasterPreferred its reads go on from its replica from 1.5s into
+// the pause, quickly; its writes fail typed; and its replica serves no read
+// while it is healthy.
+func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl, keys := startReplicaCluster(t)
+	const pause = 4 * time.Second
+
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout})
+	rs := pauseUnderLoad(t, cl, keys, "go-redis", stock, pause, nil)
+	require.NoError(t, stock.Close())
+	runs := []replicaRun{rs}
+	if scenarioFull() {
+		// go-redis's own replica routing reads from replicas all the time.
+		ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout, ReadOnly: true})
+		cl.WaitHealthy(t)
+		runs = append(runs, pauseUnderLoad(t, cl, keys, "go-redis ReadOnly", ro, pause, nil))
+		require.NoError(t, ro.Close())
+	}
+	cl.WaitHealthy(t)
+	def := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+	runs = append(runs, pauseUnderLoad(t, cl, keys, "redisguard default Config", def, pause, nil))
+	require.NoError(t, def.Close())
+
+	cl.WaitHealthy(t)
+	var mu sync.Mutex
+	var events []Event
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout,
+		ReadFrom: ReadFromMasterPreferred, OnEvent: func(e Event) {
+			if e.Kind == EventReplicaReadsStarted || e.Kind == EventReplicaReadsStopped {
+				mu.Lock()
+				events = append(events, e)
+				mu.Unlock()
+			}
+		}})
+	var rep Report
+	rg := pauseUnderLoad(t, cl, keys, "redisguard master_preferred", guard, pause, func() {
+		rep = guard.Check(testCtx(t, 5*time.Second), CheckOptions{})
+	})
+	runs = append(runs, rg)
+
+	rows := make([][]string, 0, len(runs))
+	for _, r := range runs {
+		rows = append(rows, r.row())
+		t.Logf("%s errors: %s", r.name, r.errs)
+	}
+	table(t, fmt.Sprintf("master paused %s (cluster-node-timeout %s), %d readers + %d writers on its slots",
+		pause, replicaNodeTimeout, replicaReaders, replicaWriters),
+		[]string{"client", "reads 1.5s+ into pause", "succeeded", "p99", "failed writes", "replica GETs while healthy"}, rows...)
+
+	ok := len(filterOps(rg.reads, okOps))
+	require.NotEmpty(t, rg.reads)
+	assert.GreaterOrEqual(t, float64(ok)/float64(len(rg.reads)), pick(0.99, 0.95), "reads of the paused master's slots failed")
+	assert.LessOrEqual(t, percentile(rg.reads, 99), pick(10*time.Millisecond, 250*time.Millisecond), "replica reads are slow")
+	assert.Zero(t, rg.replicaCalls, "the replica served reads while its master was healthy")
+	require.NotEmpty(t, rg.writeErrs, "writes to a paused master succeeded")
+	for _, w := range rg.writeErrs {
+		require.Truef(t, typedWriteErr(w.err), "write failed untyped: %v", w.err)
+	}
+	assert.Contains(t, rep.ReadFromReplica, cl.Masters[0].Addr, "Check does not report the shard read from its replica")
+
+	var replicaReads uint64
+	for _, n := range guard.Stats().Nodes {
+		if n.Addr == cl.Replicas[0].Addr {
+			replicaReads = n.ReplicaReads
+		}
+	}
+	assert.Positive(t, replicaReads, "Stats counts no replica reads")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, events, 2, "one start and one stop of replica reads")
+	assert.Equal(t, EventReplicaReadsStarted, events[0].Kind)
+	assert.Equal(t, EventReplicaReadsStopped, events[1].Kind)
+	assert.Equal(t, cl.Masters[0].Addr, events[0].Addr)
+}
+
+// With MaxReplicaStaleness 1s, a replica that has not heard from its hung
+// master for 4s serves no reads: each fails with ErrNodeUnavailable naming
+// the master.
+func TestScenarioStaleReplicaServesNoReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl, keys := startReplicaCluster(t)
+	// Past 4s, but short of the failure detection cluster-node-timeout
+	// starts: the replica must not be promoted meanwhile.
+	const pause = 4800 * time.Millisecond
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout,
+		ReadFrom: ReadFromMasterPreferred, MaxReplicaStaleness: time.Second})
+	rg := pauseUnderLoad(t, cl, keys, "redisguard master_preferred, staleness 1s", guard, pause, nil)
+	table(t, "master paused 4.8s, MaxReplicaStaleness 1s",
+		[]string{"client", "reads 1.5s+ into pause", "succeeded", "p99", "failed writes", "replica GETs while healthy"}, rg.row())
+	t.Logf("errors: %s", rg.errs)
+
+	require.NotEmpty(t, rg.late)
+	for _, o := range rg.late {
+		require.Error(t, o.err, "a replica 4s+ behind served a read")
+		require.ErrorIs(t, o.err, ErrNodeUnavailable)
+		var ne *NodeError
+		require.ErrorAs(t, o.err, &ne)
+		require.Equal(t, cl.Masters[0].Addr, ne.Addr, "the error does not name the master")
+	}
+	var replicaReads uint64
+	for _, n := range guard.Stats().Nodes {
+		if n.Addr == cl.Replicas[0].Addr {
+			replicaReads = n.ReplicaReads
+		}
+	}
+	t.Logf("replica reads while fresh: %d", replicaReads)
+}
