@@ -58,7 +58,7 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolS
 			// answer everything else, keep ReadTimeout.
 			co.ReadTimeout = noReadTimeout
 		}
-		if rr != nil {
+		if rr != nil && cfg.ReadFrom != ReadFromMasterPreferred {
 			// go-redis then sends READONLY on every node connection and
 			// reads to a node of the slot's shard; replicaHook decides.
 			co.ReadOnly = true
@@ -67,6 +67,9 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolS
 		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
+			if rr != nil && !co.ReadOnly {
+				opt.OnConnect = withReadOnly(opt.OnConnect)
+			}
 			cl := redis.NewClient(opt)
 			if rr != nil {
 				cl.AddHook(rr.register(opt.Addr, cl))

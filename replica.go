@@ -61,12 +61,22 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 	return 0, false
 }
 
-// replicas routes the reads go-redis sends to replicas. The cluster client
-// runs with ReadOnly (plus RouteByLatency or RouteRandomly), so go-redis
-// decides what is a read, opens replica connections with READONLY and sends
-// reads to a node of the slot's shard; replicaHook, on every node client,
-// then decides with redisguard's breakers where the read really goes: on
-// the replica it reached, on to the shard's master, or nowhere.
+// replicas routes reads between the nodes of a shard with redisguard's
+// breakers, and replicaHook, on every node client of the ordinary cluster
+// client, applies its decisions. Two paths:
+//
+//   - A master whose breaker is open hands the reads that reach it to a
+//     usable replica of its shard (every ReadFrom but ReadFromMaster); so
+//     does a master that just failed to answer one. A read is what COMMAND
+//     flags readonly, asked once of a replica. With ReadFromMasterPreferred
+//     this is the only path: go-redis routes everything to the masters, so
+//     the healthy path costs one atomic load, and replica connections are
+//     opened with READONLY by the node clients' OnConnect.
+//   - With ReadFromReplicaPreferred, ReadFromNearest and ReadFromAny,
+//     go-redis's ReadOnly routing (with RouteByLatency or RouteRandomly)
+//     decides what is a read, opens replica connections with READONLY and
+//     picks a node of the shard; a replica that is not usable hands the read
+//     on to its master.
 //
 // A replica is usable when its breaker is not open and, with
 // Config.MaxReplicaStaleness, its lag is within the bound (lagTracker).
@@ -79,28 +89,34 @@ type replicas struct {
 	clients sync.Map // address → *redis.Client: the ordinary client's node clients
 
 	shards atomic.Pointer[shardMap] // derived from slots; rebuilt when they change
-	mu     sync.Mutex               // serialises rebuilds
+	mu     sync.Mutex               // serialises rebuilds and guards shardState
+
+	// shardState holds each master's fallback state, kept across slot maps;
+	// guarded by mu, entries never removed.
+	shardState map[string]*fallback
+
+	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names; nil until fetched
+	nextFetch atomic.Int64                    // unix ns before which COMMAND is not asked again
 }
 
-// shardMap says which master each replica serves, for one slot map.
+// shardMap says, for one slot map, which master each replica serves and
+// which replicas each master has.
 type shardMap struct {
-	first     *redis.ClusterSlot // identity of the slot map it was built from
-	n         int
-	byReplica map[string]*shard
-	byMaster  map[string]*shard
+	first      *redis.ClusterSlot // identity of the slot map it was built from
+	n          int
+	masterOf   map[string]*node   // replica address → its master
+	replicasOf map[string][]*node // master address → its replicas
 }
 
-// shard is a master as its replicas' reads see it.
-type shard struct {
-	master *node
-	// since is when its reads went to a replica while its breaker is open
-	// (ReadFromMasterPreferred), unix ns by the client's clock; 0 while
-	// they go to the master.
+// fallback is a master's reads going to a replica while its breaker is open.
+type fallback struct {
+	// since is when they started (ReadFromMasterPreferred), unix ns by the
+	// client's clock; 0 while its reads go to the master.
 	since atomic.Int64
 }
 
 func newReplicas(k *core, nodes *nodeSet, topo *topology) *replicas {
-	r := &replicas{k: k, nodes: nodes, slots: topo.lastSlots}
+	r := &replicas{k: k, nodes: nodes, slots: topo.lastSlots, shardState: make(map[string]*fallback)}
 	if k.cfg.MaxReplicaStaleness > 0 {
 		r.lag = newLagTracker(k.clock, k.cfg.MaxReplicaStaleness, k.cfg.ReadTimeout, r.pollLag)
 	}
@@ -118,7 +134,18 @@ func (r *replicas) close() {
 // hook to install on it, outside its node guard.
 func (r *replicas) register(addr string, cl *redis.Client) replicaHook {
 	r.clients.Store(addr, cl)
-	return replicaHook{r: r, n: r.nodes.get(addr)}
+	return replicaHook{r: r, n: r.nodes.get(addr), fb: r.fallback(addr)}
+}
+
+func (r *replicas) fallback(addr string) *fallback {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fb, ok := r.shardState[addr]
+	if !ok {
+		fb = &fallback{}
+		r.shardState[addr] = fb
+	}
+	return fb
 }
 
 func (r *replicas) client(addr string) *redis.Client {
@@ -128,76 +155,54 @@ func (r *replicas) client(addr string) *redis.Client {
 	return nil
 }
 
-// shardOf returns the shard whose replica addr is in the last slot map, or
-// nil when addr is no replica there.
-func (r *replicas) shardOf(addr string) *shard {
+// shardMap returns the shard map of the last slot map, or nil before one.
+func (r *replicas) shardMap() *shardMap {
 	slots := r.slots()
 	if len(slots) == 0 {
 		return nil
 	}
-	m := r.shards.Load()
-	if m == nil || m.n != len(slots) || m.first != &slots[0] {
-		m = r.rebuild(slots)
+	if m := r.shards.Load(); m != nil && m.n == len(slots) && m.first == &slots[0] {
+		return m
 	}
-	return m.byReplica[addr]
-}
-
-// rebuild derives the shard map of slots, keeping each master's shard (and
-// its since) across maps.
-func (r *replicas) rebuild(slots []redis.ClusterSlot) *shardMap {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m := r.shards.Load(); m != nil && m.n == len(slots) && m.first == &slots[0] {
 		return m
 	}
-	old := r.shards.Load()
-	m := &shardMap{first: &slots[0], n: len(slots), byReplica: make(map[string]*shard), byMaster: make(map[string]*shard)}
+	m := &shardMap{first: &slots[0], n: len(slots), masterOf: make(map[string]*node), replicasOf: make(map[string][]*node)}
 	for _, s := range slots {
 		if len(s.Nodes) == 0 {
 			continue
 		}
-		addr := s.Nodes[0].Addr
-		sh := m.byMaster[addr]
-		if sh == nil && old != nil {
-			sh = old.byMaster[addr]
+		master := r.nodes.get(s.Nodes[0].Addr)
+		if _, seen := m.replicasOf[master.addr]; seen {
+			continue // one entry per master, however many slot ranges it has
 		}
-		if sh == nil {
-			sh = &shard{master: r.nodes.get(addr)}
-		}
-		m.byMaster[addr] = sh
+		reps := make([]*node, 0, len(s.Nodes)-1)
 		for _, rep := range s.Nodes[1:] {
-			m.byReplica[rep.Addr] = sh
+			reps = append(reps, r.nodes.get(rep.Addr))
+			m.masterOf[rep.Addr] = master
 		}
+		m.replicasOf[master.addr] = reps
 	}
 	r.shards.Store(m)
 	return m
 }
 
-// readRoute is where a read that reached a replica goes.
-type readRoute uint8
-
-const (
-	routeReplica readRoute = iota // served by the replica it reached
-	routeMaster                   // sent on to the shard's master
-	routeNowhere                  // failed: no usable node
-)
-
-// route decides where a read that go-redis sent to replica, of shard sh,
-// goes.
-func (r *replicas) route(ctx context.Context, sh *shard, replica *node) readRoute {
-	if r.k.cfg.ReadFrom == ReadFromMasterPreferred {
-		switch {
-		case sh.master.br.State() != breaker.Open:
-			return routeMaster
-		case r.usable(ctx, replica):
-			return routeReplica
-		}
-		return routeNowhere
+// masterOf returns the master of the replica at addr, or nil.
+func (r *replicas) masterOf(addr string) *node {
+	if m := r.shardMap(); m != nil {
+		return m.masterOf[addr]
 	}
-	if r.usable(ctx, replica) {
-		return routeReplica
+	return nil
+}
+
+// replicasOf returns the replicas of the master at addr.
+func (r *replicas) replicasOf(addr string) []*node {
+	if m := r.shardMap(); m != nil {
+		return m.replicasOf[addr]
 	}
-	return routeMaster
+	return nil
 }
 
 // usable reports whether replica may serve a read now.
@@ -205,38 +210,82 @@ func (r *replicas) usable(ctx context.Context, replica *node) bool {
 	return replica.br.State() != breaker.Open && (r.lag == nil || r.lag.fresh(ctx, replica.addr))
 }
 
-// servedByReplica counts a read replica serves for sh, and reports the
+// standIn returns a usable replica of master and its client, or nil.
+func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Client) {
+	reps := r.replicasOf(master.addr)
+	if len(reps) == 0 {
+		return nil, nil
+	}
+	first := int(r.k.clock.Now().UnixNano() % int64(len(reps))) // spreads the reads over the replicas
+	for i := range reps {
+		rep := reps[(first+i)%len(reps)]
+		if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
+			return rep, cl
+		}
+	}
+	return nil, nil
+}
+
+// isRead reports whether cmd is a read, by COMMAND's readonly flag, asked
+// once (and again at most once a second while it fails) of cl.
+func (r *replicas) isRead(ctx context.Context, cmd redis.Cmder, cl *redis.Client) bool {
+	reads := r.reads.Load()
+	if reads == nil {
+		now := r.k.clock.Now().UnixNano()
+		next := r.nextFetch.Load()
+		if now < next || !r.nextFetch.CompareAndSwap(next, now+int64(time.Second)) {
+			return false
+		}
+		info, err := cl.Command(ctx).Result()
+		if err != nil {
+			return false
+		}
+		m := make(map[string]bool)
+		for name, ci := range info {
+			if ci != nil && ci.ReadOnly {
+				m[name] = true
+			}
+		}
+		r.reads.Store(&m)
+		reads = &m
+	}
+	return (*reads)[cmd.Name()]
+}
+
+// servedByReplica counts reads replica serves for master, and reports the
 // start of a master's reads going to a replica.
-func (r *replicas) servedByReplica(sh *shard, replica *node, n int) {
+func (r *replicas) servedByReplica(fb *fallback, master, replica *node, n int) {
 	replica.replicaReads.Add(uint64(n))
-	if r.k.cfg.ReadFrom != ReadFromMasterPreferred || sh.since.Load() != 0 {
+	if r.k.cfg.ReadFrom != ReadFromMasterPreferred || fb.since.Load() != 0 {
 		return
 	}
 	now := r.k.clock.Now()
-	if sh.since.CompareAndSwap(0, now.UnixNano()) {
-		r.k.emit(Event{Kind: EventReplicaReadsStarted, Addr: sh.master.addr, Time: now}, slog.String("replica", replica.addr))
+	if fb.since.CompareAndSwap(0, now.UnixNano()) {
+		r.k.emit(Event{Kind: EventReplicaReadsStarted, Addr: master.addr, Time: now}, slog.String("replica", replica.addr))
 	}
 }
 
 // servedByMaster reports the end of a master's reads going to a replica.
-func (r *replicas) servedByMaster(sh *shard) {
-	since := sh.since.Load()
-	if since == 0 || !sh.since.CompareAndSwap(since, 0) {
+func (r *replicas) servedByMaster(fb *fallback, master *node) {
+	since := fb.since.Load()
+	if since == 0 || !fb.since.CompareAndSwap(since, 0) {
 		return
 	}
 	now := r.k.clock.Now()
-	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: sh.master.addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
+	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: master.addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
 }
 
-// readFromReplica lists the masters whose reads go to a replica now, sorted.
+// readFromReplica lists the masters, sorted, whose breaker is open and whose
+// reads a replica serves.
 func (r *replicas) readFromReplica() []string {
-	m := r.shards.Load()
-	if m == nil {
-		return nil
-	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []string
-	for addr, sh := range m.byMaster {
-		if sh.since.Load() != 0 && sh.master.br.State() == breaker.Open {
+	for addr, fb := range r.shardState {
+		if fb.since.Load() == 0 {
+			continue
+		}
+		if n, ok := r.nodes.lookup(addr); ok && n.br.State() == breaker.Open {
 			out = append(out, addr)
 		}
 	}
@@ -257,108 +306,186 @@ func (r *replicas) pollLag(ctx context.Context, addr string) (time.Duration, err
 	return parseReplicationLag(info)
 }
 
+// withReadOnly returns the node clients' OnConnect with
+// ReadFromMasterPreferred: READONLY, then then. go-redis's ReadOnly, which
+// would send it, stays off there; a replica answers reads only on a
+// connection that has sent it, and any node may be a replica after a
+// failover.
+func withReadOnly(then func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if err := cn.ReadOnly(ctx).Err(); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(ctx, cn)
+		}
+		return nil
+	}
+}
+
 // directNodeKey marks the context of calls a caller makes on a node client
 // of its choice (ForEachShard, ForEachSlave): replicaHook leaves them where
 // the caller sent them.
 type directNodeKey struct{}
 
-// replicaHook sits on each node client of the ordinary cluster client,
-// outside the node's guard. On a replica it takes the reads go-redis routed
-// there and sends each where replicas.route says; on a master, and for
-// everything else, it does nothing.
+// replicaHook is installed on each node client of the ordinary cluster
+// client, outside the node's guard (see replicas).
 type replicaHook struct {
-	r *replicas
-	n *node // the node the client talks to
+	r  *replicas
+	n  *node     // the node the client talks to
+	fb *fallback // its fallback state, as a master
 }
 
 func (h replicaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// routed returns the shard of a read go-redis routed to h's replica, or nil.
-func (h replicaHook) routed(ctx context.Context, cmd redis.Cmder) *shard {
-	sh := h.r.shardOf(h.n.addr)
-	if sh == nil || isNodeAdmin(cmd) || ctx.Value(directNodeKey{}) != nil {
-		return nil
-	}
-	return sh
+// own reports whether cmd is one the hook leaves alone: sent by go-redis or
+// redisguard for their own purposes, or by a caller to a node of its choice.
+func own(ctx context.Context, cmd redis.Cmder) bool {
+	return isNodeAdmin(cmd) || ctx.Value(directNodeKey{}) != nil
 }
 
 func (h replicaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	r, self := h.r, h.n
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred // go-redis sends reads to replicas
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		sh := h.routed(ctx, cmd)
-		if sh == nil {
-			return next(ctx, cmd)
+		if routed {
+			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmd) {
+				return h.replicaRead(ctx, cmd, master, next)
+			}
 		}
-		switch r.route(ctx, sh, self) {
-		case routeReplica:
-			r.servedByReplica(sh, self, 1)
-			return next(ctx, cmd)
-		case routeNowhere:
-			return sh.master.unavailable
+		if self.br.State() == breaker.Open {
+			if rep, cl := h.divertible(ctx, cmd); cl != nil {
+				h.refused()
+				r.servedByReplica(h.fb, self, rep, 1)
+				return cl.Process(ctx, cmd)
+			}
+			return next(ctx, cmd) // fails fast
 		}
-		mc := r.client(sh.master.addr)
-		if mc == nil {
-			return next(ctx, cmd) // go-redis has not built the master's client yet
-		}
-		err := mc.Process(ctx, cmd)
-		if !masterMissed(ctx, err) {
-			if err == nil || err == redis.Nil || isRedisReply(err) {
-				r.servedByMaster(sh)
+		err := next(ctx, cmd)
+		if err == nil || err == redis.Nil || isRedisReply(err) {
+			if h.fb.since.Load() != 0 {
+				r.servedByMaster(h.fb, self)
 			}
 			return err
 		}
-		// The master did not answer a read its replica can: the replica
-		// answers it, and go-redis, which sees only the replica's result,
-		// never marks the replica failing for the master's fault.
-		if r.usable(ctx, self) {
-			r.servedByReplica(sh, self, 1)
-			return next(ctx, cmd)
+		if masterMissed(ctx, err) {
+			// The master did not answer a read a replica can answer.
+			if rep, cl := h.divertible(ctx, cmd); cl != nil {
+				r.servedByReplica(h.fb, self, rep, 1)
+				return cl.Process(ctx, cmd)
+			}
 		}
 		return err
 	}
 }
 
-// ProcessPipelineHook routes a pipeline go-redis sent to a replica (every
-// command a read, all of one shard) as one read; it is sent on to the
-// master whole, and not retried on the replica if the master fails it.
+// divertible returns a usable replica of h's node, and its client, when cmd
+// is a read it may serve instead; nil otherwise.
+func (h replicaHook) divertible(ctx context.Context, cmd redis.Cmder) (*node, *redis.Client) {
+	if own(ctx, cmd) {
+		return nil, nil
+	}
+	rep, cl := h.r.standIn(ctx, h.n)
+	if cl == nil || !h.r.isRead(ctx, cmd, cl) {
+		return nil, nil
+	}
+	return rep, cl
+}
+
+// refused does for a read handed to a replica what the open breaker's fast
+// failure does: it keeps the master probed and the slot map looked after.
+func (h replicaHook) refused() {
+	h.r.nodes.refused(h.n)
+	if t := h.r.nodes.topo; t != nil {
+		t.trigger()
+	}
+}
+
+// replicaRead serves a read go-redis routed to h's replica, of master: on
+// the replica if it is usable, otherwise on the master.
+func (h replicaHook) replicaRead(ctx context.Context, cmd redis.Cmder, master *node, next redis.ProcessHook) error {
+	r, self := h.r, h.n
+	if r.usable(ctx, self) {
+		self.replicaReads.Add(1)
+		return next(ctx, cmd)
+	}
+	mc := r.client(master.addr)
+	if mc == nil {
+		return next(ctx, cmd) // go-redis has not built the master's client yet
+	}
+	return mc.Process(ctx, cmd)
+}
+
+// ProcessPipelineHook does for a pipeline of reads what ProcessHook does
+// for one: a pipeline is a read when every command in it is (a transaction
+// never is), and it moves whole.
 func (h replicaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	r, self := h.r, h.n
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) == 0 {
 			return next(ctx, cmds)
 		}
-		sh := h.routed(ctx, cmds[0])
-		if sh == nil {
-			return next(ctx, cmds)
-		}
-		switch r.route(ctx, sh, self) {
-		case routeReplica:
-			r.servedByReplica(sh, self, len(cmds))
-			return next(ctx, cmds)
-		case routeNowhere:
-			err := sh.master.unavailable
-			for _, cmd := range cmds {
-				cmd.SetErr(err)
+		if routed {
+			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmds[0]) {
+				if r.usable(ctx, self) {
+					self.replicaReads.Add(uint64(len(cmds)))
+					return next(ctx, cmds)
+				}
+				if mc := r.client(master.addr); mc != nil {
+					return pipelineOn(ctx, mc, cmds)
+				}
+				return next(ctx, cmds)
 			}
-			return err
 		}
-		mc := r.client(sh.master.addr)
-		if mc == nil {
+		if self.br.State() == breaker.Open {
+			if rep, cl := h.divertibleBatch(ctx, cmds); cl != nil {
+				h.refused()
+				r.servedByReplica(h.fb, self, rep, len(cmds))
+				return pipelineOn(ctx, cl, cmds)
+			}
 			return next(ctx, cmds)
 		}
-		pipe := mc.Pipeline()
-		for _, cmd := range cmds {
-			_ = pipe.Process(ctx, cmd)
-		}
-		_, err := pipe.Exec(ctx)
+		err := next(ctx, cmds)
 		if err == nil || err == redis.Nil || isRedisReply(err) {
-			// Every command holds its own reply; returning an error reply
-			// here would stamp it on the commands that succeeded.
-			r.servedByMaster(sh)
-			return nil
+			if h.fb.since.Load() != 0 {
+				r.servedByMaster(h.fb, self)
+			}
 		}
 		return err
 	}
+}
+
+// divertibleBatch is divertible for a pipeline.
+func (h replicaHook) divertibleBatch(ctx context.Context, cmds []redis.Cmder) (*node, *redis.Client) {
+	if own(ctx, cmds[0]) {
+		return nil, nil
+	}
+	rep, cl := h.r.standIn(ctx, h.n)
+	if cl == nil {
+		return nil, nil
+	}
+	for _, cmd := range cmds {
+		if !h.r.isRead(ctx, cmd, cl) {
+			return nil, nil
+		}
+	}
+	return rep, cl
+}
+
+// pipelineOn sends cmds as one pipeline on cl. Every command keeps its own
+// reply: an error reply is not returned, which would stamp it on the
+// commands that succeeded.
+func pipelineOn(ctx context.Context, cl *redis.Client, cmds []redis.Cmder) error {
+	pipe := cl.Pipeline()
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
+	}
+	_, err := pipe.Exec(ctx)
+	if err == nil || err == redis.Nil || isRedisReply(err) {
+		return nil
+	}
+	return err
 }
 
 // masterMissed reports whether err says the master did not answer: not a

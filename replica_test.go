@@ -3,9 +3,15 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -85,7 +91,12 @@ func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *rout
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("down") })
 	t.Cleanup(nodes.close)
 	slots := []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
-	f.r = &replicas{k: k, nodes: nodes, slots: func() []redis.ClusterSlot { return slots }}
+	f.r = &replicas{k: k, nodes: nodes, slots: func() []redis.ClusterSlot { return slots }, shardState: make(map[string]*fallback)}
+	for _, addr := range []string{"m:1", "r:1"} {
+		cl := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
+		t.Cleanup(func() { _ = cl.Close() })
+		f.r.clients.Store(addr, cl)
+	}
 	if staleness > 0 {
 		f.r.lag = newLagTracker(f.clk, staleness, time.Second, func(context.Context, string) (time.Duration, error) {
 			f.mu.Lock()
@@ -107,51 +118,57 @@ func open(n *node) {
 	}
 }
 
-func TestReplicaRoute(t *testing.T) {
+func TestReplicaShardMap(t *testing.T) {
+	f := newRouteFixture(t, ReadFromMasterPreferred, 0)
+	assert.Same(t, f.master, f.r.masterOf("r:1"))
+	assert.Nil(t, f.r.masterOf("m:1"), "a master serves no master")
+	assert.Equal(t, []*node{f.replica}, f.r.replicasOf("m:1"))
+	assert.Same(t, f.r.shardMap(), f.r.shardMap(), "rebuilt for the same slot map")
+}
+
+func TestReplicaStandIn(t *testing.T) {
 	ctx := context.Background()
-	t.Run("master preferred: the master while its breaker is not open", func(t *testing.T) {
+	t.Run("a usable replica", func(t *testing.T) {
 		f := newRouteFixture(t, ReadFromMasterPreferred, 0)
-		sh := f.r.shardOf("r:1")
-		require.NotNil(t, sh)
-		assert.Nil(t, f.r.shardOf("m:1"), "a master has no shard as a replica")
-		assert.Equal(t, routeMaster, f.r.route(ctx, sh, f.replica))
-		open(f.master)
-		assert.Equal(t, routeReplica, f.r.route(ctx, sh, f.replica))
-		open(f.replica)
-		assert.Equal(t, routeNowhere, f.r.route(ctx, sh, f.replica))
+		rep, cl := f.r.standIn(ctx, f.master)
+		require.NotNil(t, cl)
+		assert.Same(t, f.replica, rep)
 	})
-	t.Run("replica preferred: the replica while it is usable", func(t *testing.T) {
-		f := newRouteFixture(t, ReadFromReplicaPreferred, 0)
-		sh := f.r.shardOf("r:1")
-		assert.Equal(t, routeReplica, f.r.route(ctx, sh, f.replica))
+	t.Run("none while the replica's breaker is open", func(t *testing.T) {
+		f := newRouteFixture(t, ReadFromMasterPreferred, 0)
 		open(f.replica)
-		assert.Equal(t, routeMaster, f.r.route(ctx, sh, f.replica))
+		_, cl := f.r.standIn(ctx, f.master)
+		assert.Nil(t, cl)
 	})
-	t.Run("a stale replica serves no reads", func(t *testing.T) {
+	t.Run("a replica has none", func(t *testing.T) {
+		f := newRouteFixture(t, ReadFromMasterPreferred, 0)
+		_, cl := f.r.standIn(ctx, f.replica)
+		assert.Nil(t, cl)
+	})
+	t.Run("none once the replica's answer has aged past the bound", func(t *testing.T) {
 		f := newRouteFixture(t, ReadFromMasterPreferred, time.Second)
-		sh := f.r.shardOf("r:1")
-		open(f.master)
-		f.lagAnswer = 0
-		assert.Equal(t, routeReplica, f.r.route(ctx, sh, f.replica), "fresh answer: usable")
+		_, cl := f.r.standIn(ctx, f.master)
+		assert.NotNil(t, cl, "fresh answer: usable")
 		f.clk.Advance(1500 * time.Millisecond) // lag 0 + 1.5s since the answer
 		f.mu.Lock()
 		f.lagAnswer = 2 * time.Second
 		f.mu.Unlock()
-		assert.Equal(t, routeNowhere, f.r.route(ctx, sh, f.replica), "the answer ages")
+		_, cl = f.r.standIn(ctx, f.master)
+		assert.Nil(t, cl)
 	})
 }
 
 func TestReplicaReadsEvents(t *testing.T) {
 	f := newRouteFixture(t, ReadFromMasterPreferred, 0)
-	sh := f.r.shardOf("r:1")
-	f.r.servedByReplica(sh, f.replica, 1)
-	f.r.servedByReplica(sh, f.replica, 2)
+	fb := f.r.fallback("m:1")
+	f.r.servedByReplica(fb, f.master, f.replica, 1)
+	f.r.servedByReplica(fb, f.master, f.replica, 2)
 	open(f.master)
 	assert.Equal(t, []string{"m:1"}, f.r.readFromReplica())
 	f.clk.Advance(3 * time.Second)
-	f.r.servedByMaster(sh)
-	f.r.servedByMaster(sh)
-	require.Len(t, f.events, 3) // the breaker, then one start and one stop
+	f.r.servedByMaster(fb, f.master)
+	f.r.servedByMaster(fb, f.master)
+	require.Len(t, f.events, 3) // one start, the breaker, one stop
 	assert.Equal(t, EventReplicaReadsStarted, f.events[0].Kind)
 	assert.Equal(t, "m:1", f.events[0].Addr)
 	assert.Equal(t, EventBreakerOpened, f.events[1].Kind)
@@ -159,6 +176,13 @@ func TestReplicaReadsEvents(t *testing.T) {
 	assert.Equal(t, 3*time.Second, f.events[2].Duration)
 	assert.Equal(t, uint64(3), f.replica.replicaReads.Load())
 	assert.Empty(t, f.r.readFromReplica())
+}
+
+func TestReplicaReadsEventsOnlyForMasterPreferred(t *testing.T) {
+	f := newRouteFixture(t, ReadFromReplicaPreferred, 0)
+	f.r.servedByReplica(f.r.fallback("m:1"), f.master, f.replica, 1)
+	assert.Empty(t, f.events)
+	assert.Equal(t, uint64(1), f.replica.replicaReads.Load())
 }
 
 func TestIsNodeAdmin(t *testing.T) {
@@ -228,4 +252,72 @@ func TestReplicaReadsLandWhereReadFromSays(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestParseURLReadFrom(t *testing.T) {
+	cfg, err := ParseURL("redis+cluster://n1:7000?read_from=master_preferred&max_replica_staleness=2s")
+	require.NoError(t, err)
+	assert.Equal(t, ReadFromMasterPreferred, cfg.ReadFrom)
+	assert.Equal(t, 2*time.Second, cfg.MaxReplicaStaleness)
+	for name, want := range map[string]ReadFrom{"master": ReadFromMaster, "replica_preferred": ReadFromReplicaPreferred, "nearest": ReadFromNearest, "any": ReadFromAny} {
+		cfg, err := ParseURL("redis://h?read_from=" + name)
+		require.NoError(t, err, name)
+		assert.Equal(t, want, cfg.ReadFrom)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"redis+cluster://h?read_from=replica", "URL parameter read_from is not one of"},
+		{"redis+cluster://h?read_from=MASTER", "URL parameter read_from is not one of"},
+		{"redis+cluster://h?max_replica_staleness=-1s", "URL parameter max_replica_staleness is negative"},
+		{"redis+cluster://h?max_replica_staleness=1", "URL parameter max_replica_staleness has no unit"},
+		{"redis+sentinel://h/m?read_from=any", "ReadFrom is any, but Sentinel"},
+	} {
+		_, err := ParseURL(tc.url)
+		require.ErrorIs(t, err, ErrInvalidConfig, tc.url)
+		assert.Contains(t, err.Error(), tc.want, tc.url)
+	}
+}
+
+// TestReplicaHealthyPathRatio measures what ReadFromMasterPreferred costs
+// while every master is healthy: each read reaches a replica's node client
+// first and is sent on to the master. Its throughput against ReadFromMaster
+// on the same cluster, interleaved as in TestHealthyPathRatio, with a second
+// ReadFromMaster client as the control. Only under REDISGUARD_BENCH=1.
+func TestReplicaHealthyPathRatio(t *testing.T) {
+	if os.Getenv("REDISGUARD_BENCH") != "1" {
+		t.Skip("set REDISGUARD_BENCH=1 (make bench) to measure throughput ratios")
+	}
+	rounds, slice := 201, 25*time.Millisecond
+	if n, err := strconv.Atoi(os.Getenv("REDISGUARD_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	master := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+	control := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+	preferred := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred})
+	ctx := testCtx(t, 10*time.Second)
+	require.NoError(t, master.Set(ctx, "bench:key", "value", 0).Err())
+	workers := 4 * runtime.GOMAXPROCS(0)
+	var rows [][]string
+	for _, w := range []struct {
+		name string
+		op   func(context.Context, redis.UniversalClient) error
+	}{{"GET", getOp}, {"pipeline of 100", pipelineOp}} {
+		var ratios, ctlRatios, rates []float64
+		for i := range rounds {
+			var m, c, p float64
+			if i%2 == 0 {
+				c, m, p = timedOps(t, control, w.op, workers, slice), timedOps(t, master, w.op, workers, slice), timedOps(t, preferred, w.op, workers, slice)
+			} else {
+				p, m, c = timedOps(t, preferred, w.op, workers, slice), timedOps(t, master, w.op, workers, slice), timedOps(t, control, w.op, workers, slice)
+			}
+			ratios, ctlRatios, rates = append(ratios, p/m), append(ctlRatios, c/m), append(rates, m)
+		}
+		rows = append(rows, []string{w.name, fmt.Sprintf("%.0f/s", median(rates)), fmt.Sprintf("%.3f", median(ratios)),
+			fmt.Sprintf("%.3f-%.3f", slices.Min(ratios), slices.Max(ratios)), fmt.Sprintf("%.3f", median(ctlRatios))})
+		if w.name == "GET" && median(ratios) < 0.98 {
+			t.Errorf("GET: ReadFromMasterPreferred/ReadFromMaster median throughput ratio %.3f < 0.98", median(ratios))
+		}
+	}
+	table(t, fmt.Sprintf("healthy cluster, 3 masters + 3 replicas: %d rounds of %v, %d callers; ratio = master_preferred/master", rounds, slice, workers),
+		[]string{"workload", "ReadFromMaster", "median ratio", "range", "control ratio"}, rows...)
 }
