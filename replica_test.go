@@ -321,3 +321,10 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 	table(t, fmt.Sprintf("healthy cluster, 3 masters + 3 replicas: %d rounds of %v, %d callers; ratio = master_preferred/master", rounds, slice, workers),
 		[]string{"workload", "ReadFromMaster", "median ratio", "range", "control ratio"}, rows...)
 }
+
+func TestReplicaEventKinds(t *testing.T) {
+	assert.Equal(t, "replica-reads-started", EventReplicaReadsStarted.String())
+	assert.Equal(t, "replica-reads-stopped", EventReplicaReadsStopped.String())
+	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStarted.message())
+	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStopped.message())
+}

@@ -100,6 +100,8 @@ var (
 		"Recovery probes sent to the node while its breaker was open.", []string{"node"}, nil)
 	descProbeFailures = prometheus.NewDesc(namespace+"_node_probe_failures_total",
 		"Recovery probes of the node that failed.", []string{"node"}, nil)
+	descReplicaReads = prometheus.NewDesc(namespace+"_node_replica_reads_total",
+		"Reads the node served as a replica (Config.ReadFrom).", []string{"node"}, nil)
 	descMaxConns = prometheus.NewDesc(namespace+"_max_connections",
 		"Ordinary connection budget per node (MaxConnections).", nil, nil)
 	descMaxLong = prometheus.NewDesc(namespace+"_max_long_connections",
@@ -121,7 +123,7 @@ var (
 // Describe implements prometheus.Collector.
 func (s *Stats) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted, descOutcomeUnknown,
-		descProbes, descProbeFailures,
+		descProbes, descProbeFailures, descReplicaReads,
 		descMaxConns, descMaxLong, descLongInUse, descLongExhausted, descRefreshes, descRefreshFailures, descLastRefresh, descDivergence} {
 		ch <- d
 	}
@@ -145,6 +147,7 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOutcomeUnknown, prometheus.CounterValue, float64(n.OutcomeUnknown), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(n.Probes), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descProbeFailures, prometheus.CounterValue, float64(n.ProbeFailures), n.Addr)
+		ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(n.ReplicaReads), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, float64(st.MaxConnections))
 	ch <- prometheus.MustNewConstMetric(descMaxLong, prometheus.GaugeValue, float64(st.MaxLongConnections))
