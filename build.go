@@ -21,6 +21,7 @@ import (
 //	subscriptionBudget   client       client            each node client
 //	divergenceHook       -            -                 cluster client
 //	sentinelMaster       -            client (first)    -
+//	sentinelReadHook     -            client (ReadFrom) -
 //	replicaHook          -            -                 each node client (ordinary only, with ReadFrom)
 //	nodeGuard            client       client            each node client
 //
@@ -29,9 +30,10 @@ import (
 // long calls facadeHook hands to the long client; in Cluster mode it sits
 // on the node clients, inside every cluster-level hook.
 //
-// With rr (the ordinary client in Cluster mode, when Config.ReadFrom reads
-// from replicas) the cluster client routes reads to replicas as ReadFrom
-// says, and each node client gets rr's replicaHook (replica.go).
+// With rr (the ordinary client, when Config.ReadFrom reads from replicas)
+// reads go to replicas as ReadFrom says (replica.go): in Cluster mode each
+// node client gets rr's replicaHook, in Sentinel mode the client gets
+// sentinelReadHook.
 func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolSize int, long bool) redis.UniversalClient {
 	cfg := k.cfg
 	uo := k.options(poolSize)
@@ -39,6 +41,9 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolS
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
 		cl.AddHook(sm)
+		if rr != nil {
+			cl.AddHook(sentinelReadHook{r: rr, sm: sm})
+		}
 		g := nodes.guard(sentinelNodeName(cfg.MasterName))
 		if g.n == sm.role {
 			// The guard charges each command to the master's current

@@ -103,8 +103,13 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
-	if c.topo != nil && resolved.ReadFrom != ReadFromMaster {
+	if resolved.ReadFrom != ReadFromMaster {
 		c.replicas = newReplicas(c.core, c.nodes, c.topo)
+		if c.sentinel != nil {
+			r := c.replicas
+			r.sentinel = newSentinelReplicas(c.core, c.nodes, c.sentinel, c.probeOpt, func(addr string, cl *redis.Client) { r.clients.Store(addr, cl) })
+			r.members = r.sentinel.of
+		}
 	}
 	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, c.replicas, resolved.MaxConnections, false)
 	c.UniversalClient.AddHook(facadeHook{c})

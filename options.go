@@ -366,7 +366,9 @@ func (cfg *Config) validateReadFrom() error {
 	case ModeStandalone:
 		return invalid("ReadFrom", "is %s, but a standalone server has no replicas to read from", cfg.ReadFrom)
 	case ModeSentinel:
-		return invalid("ReadFrom", "is %s, but Sentinel mode reads from the master only", cfg.ReadFrom)
+		if cfg.ReadFrom != ReadFromMasterPreferred {
+			return invalid("ReadFrom", "is %s, but Sentinel mode supports only master and master_preferred", cfg.ReadFrom)
+		}
 	}
 	return nil
 }

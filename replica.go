@@ -83,8 +83,12 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 type replicas struct {
 	k     *core
 	nodes *nodeSet
-	slots func() []redis.ClusterSlot // the last slot map (topology.lastSlots)
+	slots func() []redis.ClusterSlot // the last slot map (topology.lastSlots); Cluster mode
 	lag   *lagTracker                // nil without MaxReplicaStaleness
+	// members returns the replicas of master: from the slot map in Cluster
+	// mode, from the sentinels in Sentinel mode (sentinelReplicas).
+	members  func(ctx context.Context, master *node) []*node
+	sentinel *sentinelReplicas // the replicas' clients in Sentinel mode; nil otherwise
 
 	clients sync.Map // address → *redis.Client: the ordinary client's node clients
 
@@ -94,6 +98,7 @@ type replicas struct {
 	// shardState holds each master's fallback state, kept across slot maps;
 	// guarded by mu, entries never removed.
 	shardState map[string]*fallback
+	falling    atomic.Int64 // fallbacks with since set: the healthy path skips them while 0
 
 	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names; nil until fetched
 	nextFetch atomic.Int64                    // unix ns before which COMMAND is not asked again
@@ -115,18 +120,28 @@ type fallback struct {
 	since atomic.Int64
 }
 
+// newReplicas returns the router of a cluster client (topo set) or of a
+// Sentinel client (members set by the caller).
 func newReplicas(k *core, nodes *nodeSet, topo *topology) *replicas {
-	r := &replicas{k: k, nodes: nodes, slots: topo.lastSlots, shardState: make(map[string]*fallback)}
+	r := &replicas{k: k, nodes: nodes, shardState: make(map[string]*fallback)}
+	if topo != nil {
+		r.slots = topo.lastSlots
+		r.members = func(_ context.Context, master *node) []*node { return r.replicasOf(master.addr) }
+	}
 	if k.cfg.MaxReplicaStaleness > 0 {
 		r.lag = newLagTracker(k.clock, k.cfg.MaxReplicaStaleness, k.cfg.ReadTimeout, r.pollLag)
 	}
 	return r
 }
 
-// close stops the lag polls.
+// close stops the lag polls and, in Sentinel mode, the replica look-ups,
+// and closes the replicas' clients there.
 func (r *replicas) close() {
 	if r.lag != nil {
 		r.lag.close()
+	}
+	if r.sentinel != nil {
+		r.sentinel.close()
 	}
 }
 
@@ -148,6 +163,14 @@ func (r *replicas) fallback(addr string) *fallback {
 	return fb
 }
 
+// fallbackOf returns fb, or master's if fb is nil.
+func (r *replicas) fallbackOf(fb *fallback, master *node) *fallback {
+	if fb != nil {
+		return fb
+	}
+	return r.fallback(master.addr)
+}
+
 func (r *replicas) client(addr string) *redis.Client {
 	if v, ok := r.clients.Load(addr); ok {
 		return v.(*redis.Client)
@@ -155,8 +178,12 @@ func (r *replicas) client(addr string) *redis.Client {
 	return nil
 }
 
-// shardMap returns the shard map of the last slot map, or nil before one.
+// shardMap returns the shard map of the last slot map, or nil before one
+// and outside Cluster mode.
 func (r *replicas) shardMap() *shardMap {
+	if r.slots == nil {
+		return nil
+	}
 	slots := r.slots()
 	if len(slots) == 0 {
 		return nil
@@ -212,7 +239,7 @@ func (r *replicas) usable(ctx context.Context, replica *node) bool {
 
 // standIn returns a usable replica of master and its client, or nil.
 func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Client) {
-	reps := r.replicasOf(master.addr)
+	reps := r.members(ctx, master)
 	if len(reps) == 0 {
 		return nil, nil
 	}
@@ -261,6 +288,7 @@ func (r *replicas) servedByReplica(fb *fallback, master, replica *node, n int) {
 	}
 	now := r.k.clock.Now()
 	if fb.since.CompareAndSwap(0, now.UnixNano()) {
+		r.falling.Add(1)
 		r.k.emit(Event{Kind: EventReplicaReadsStarted, Addr: master.addr, Time: now}, slog.String("replica", replica.addr))
 	}
 }
@@ -271,6 +299,7 @@ func (r *replicas) servedByMaster(fb *fallback, master *node) {
 	if since == 0 || !fb.since.CompareAndSwap(since, 0) {
 		return
 	}
+	r.falling.Add(-1)
 	now := r.k.clock.Now()
 	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: master.addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
 }
@@ -336,6 +365,27 @@ type replicaHook struct {
 	fb *fallback // its fallback state, as a master
 }
 
+// sentinelReadHook is installed on the Sentinel client, outside the master's
+// node guard: it applies replicas.process to the current master.
+type sentinelReadHook struct {
+	r  *replicas
+	sm *sentinelMaster
+}
+
+func (h sentinelReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sentinelReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.r.process(ctx, cmd, h.sm.node(), nil, next)
+	}
+}
+
+func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.r.processBatch(ctx, cmds, h.sm.node(), nil, next)
+	}
+}
+
 func (h replicaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // own reports whether cmd is one the hook leaves alone: sent by go-redis or
@@ -346,6 +396,7 @@ func own(ctx context.Context, cmd redis.Cmder) bool {
 
 func (h replicaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	r, self := h.r, h.n
+	fb := h.fb
 	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred // go-redis sends reads to replicas
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if routed {
@@ -353,52 +404,97 @@ func (h replicaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return h.replicaRead(ctx, cmd, master, next)
 			}
 		}
-		if self.br.State() == breaker.Open {
-			if rep, cl := h.divertible(ctx, cmd); cl != nil {
-				h.refused()
-				r.servedByReplica(h.fb, self, rep, 1)
-				return cl.Process(ctx, cmd)
-			}
-			return next(ctx, cmd) // fails fast
-		}
-		err := next(ctx, cmd)
-		if err == nil || err == redis.Nil || isRedisReply(err) {
-			if h.fb.since.Load() != 0 {
-				r.servedByMaster(h.fb, self)
-			}
-			return err
-		}
-		if masterMissed(ctx, err) {
-			// The master did not answer a read a replica can answer.
-			if rep, cl := h.divertible(ctx, cmd); cl != nil {
-				r.servedByReplica(h.fb, self, rep, 1)
-				return cl.Process(ctx, cmd)
-			}
-		}
-		return err
+		return r.process(ctx, cmd, self, fb, next)
 	}
 }
 
-// divertible returns a usable replica of h's node, and its client, when cmd
-// is a read it may serve instead; nil otherwise.
-func (h replicaHook) divertible(ctx context.Context, cmd redis.Cmder) (*node, *redis.Client) {
-	if own(ctx, cmd) {
+// divertible returns a usable replica of master, and its client, when cmd
+// is a read it may serve instead; nil otherwise. Blocking reads stay: they
+// belong to the long budget.
+func (r *replicas) divertible(ctx context.Context, cmd redis.Cmder, master *node) (*node, *redis.Client) {
+	if own(ctx, cmd) || classifyCmd(cmd) != classOrdinary {
 		return nil, nil
 	}
-	rep, cl := h.r.standIn(ctx, h.n)
-	if cl == nil || !h.r.isRead(ctx, cmd, cl) {
+	rep, cl := r.standIn(ctx, master)
+	if cl == nil || !r.isRead(ctx, cmd, cl) {
 		return nil, nil
+	}
+	return rep, cl
+}
+
+// divertibleBatch is divertible for a pipeline: every command must be a
+// read, so a transaction never is.
+func (r *replicas) divertibleBatch(ctx context.Context, cmds []redis.Cmder, master *node) (*node, *redis.Client) {
+	if own(ctx, cmds[0]) || batchIsBlocking(cmds) {
+		return nil, nil
+	}
+	rep, cl := r.standIn(ctx, master)
+	if cl == nil {
+		return nil, nil
+	}
+	for _, cmd := range cmds {
+		if !r.isRead(ctx, cmd, cl) {
+			return nil, nil
+		}
 	}
 	return rep, cl
 }
 
 // refused does for a read handed to a replica what the open breaker's fast
 // failure does: it keeps the master probed and the slot map looked after.
-func (h replicaHook) refused() {
-	h.r.nodes.refused(h.n)
-	if t := h.r.nodes.topo; t != nil {
+func (r *replicas) refused(master *node) {
+	r.nodes.refused(master)
+	if t := r.nodes.topo; t != nil {
 		t.trigger()
 	}
+}
+
+// process sends cmd, for master, to the node next leads to, or to a
+// replica of master while its breaker is open or when it failed to answer.
+//
+// fb is master's fallback state, or nil to look it up when needed (the
+// Sentinel master's node changes with failovers).
+func (r *replicas) process(ctx context.Context, cmd redis.Cmder, master *node, fb *fallback, next redis.ProcessHook) error {
+	if master.br.State() == breaker.Open {
+		if rep, cl := r.divertible(ctx, cmd, master); cl != nil {
+			r.refused(master)
+			r.servedByReplica(r.fallbackOf(fb, master), master, rep, 1)
+			return cl.Process(ctx, cmd)
+		}
+		return next(ctx, cmd) // fails fast
+	}
+	err := next(ctx, cmd)
+	if err == nil || err == redis.Nil || isRedisReply(err) {
+		if r.falling.Load() != 0 {
+			r.servedByMaster(r.fallbackOf(fb, master), master)
+		}
+		return err
+	}
+	if masterMissed(ctx, err) {
+		// The master did not answer a read a replica can answer.
+		if rep, cl := r.divertible(ctx, cmd, master); cl != nil {
+			r.servedByReplica(r.fallbackOf(fb, master), master, rep, 1)
+			return cl.Process(ctx, cmd)
+		}
+	}
+	return err
+}
+
+// processBatch is process for a pipeline.
+func (r *replicas) processBatch(ctx context.Context, cmds []redis.Cmder, master *node, fb *fallback, next redis.ProcessPipelineHook) error {
+	if len(cmds) > 0 && master.br.State() == breaker.Open {
+		if rep, cl := r.divertibleBatch(ctx, cmds, master); cl != nil {
+			r.refused(master)
+			r.servedByReplica(r.fallbackOf(fb, master), master, rep, len(cmds))
+			return pipelineOn(ctx, cl, cmds)
+		}
+		return next(ctx, cmds)
+	}
+	err := next(ctx, cmds)
+	if (err == nil || err == redis.Nil || isRedisReply(err)) && r.falling.Load() != 0 {
+		r.servedByMaster(r.fallbackOf(fb, master), master)
+	}
+	return err
 }
 
 // replicaRead serves a read go-redis routed to h's replica, of master: on
@@ -421,6 +517,7 @@ func (h replicaHook) replicaRead(ctx context.Context, cmd redis.Cmder, master *n
 // never is), and it moves whole.
 func (h replicaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	r, self := h.r, h.n
+	fb := h.fb
 	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) == 0 {
@@ -438,39 +535,8 @@ func (h replicaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 				return next(ctx, cmds)
 			}
 		}
-		if self.br.State() == breaker.Open {
-			if rep, cl := h.divertibleBatch(ctx, cmds); cl != nil {
-				h.refused()
-				r.servedByReplica(h.fb, self, rep, len(cmds))
-				return pipelineOn(ctx, cl, cmds)
-			}
-			return next(ctx, cmds)
-		}
-		err := next(ctx, cmds)
-		if err == nil || err == redis.Nil || isRedisReply(err) {
-			if h.fb.since.Load() != 0 {
-				r.servedByMaster(h.fb, self)
-			}
-		}
-		return err
+		return r.processBatch(ctx, cmds, self, fb, next)
 	}
-}
-
-// divertibleBatch is divertible for a pipeline.
-func (h replicaHook) divertibleBatch(ctx context.Context, cmds []redis.Cmder) (*node, *redis.Client) {
-	if own(ctx, cmds[0]) {
-		return nil, nil
-	}
-	rep, cl := h.r.standIn(ctx, h.n)
-	if cl == nil {
-		return nil, nil
-	}
-	for _, cmd := range cmds {
-		if !h.r.isRead(ctx, cmd, cl) {
-			return nil, nil
-		}
-	}
-	return rep, cl
 }
 
 // pipelineOn sends cmds as one pipeline on cl. Every command keeps its own

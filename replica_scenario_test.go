@@ -44,13 +44,12 @@ type replicaRun struct {
 	errs         string
 }
 
-// pauseUnderLoad pauses cl's first master for pause under readers and
-// writers of its keys through c, and returns what happened. during, if set,
-// runs 2s into the pause.
-func pauseUnderLoad(t *testing.T, cl *redistest.Cluster, keys []string, name string, c redis.UniversalClient,
+// pauseUnderLoad pauses master for pause under readers and writers of its
+// keys through c, and returns what happened; replica is master's. during,
+// if set, runs 2s into the pause.
+func pauseUnderLoad(t *testing.T, master, replica *redistest.Server, keys []string, name string, c redis.UniversalClient,
 	pause time.Duration, during func()) replicaRun {
 	t.Helper()
-	master, replica := cl.Masters[0], cl.Replicas[0]
 	const warm = 1500 * time.Millisecond
 	total := warm + pause + time.Second
 	var reads, writes *opRecord
@@ -127,46 +126,55 @@ func startReplicaCluster(t *testing.T) (*redistest.Cluster, []string) {
 	return cl, keys
 }
 
-// A master hangs for less than cluster-node-timeout. With
-// ReadFromMasterPreferred its reads go on from its replica from 1.5s into
-// the pause, quickly; its writes fail typed; and its replica serves no read
-// while it is healthy.
-func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
-	cl, keys := startReplicaCluster(t)
-	const pause = 4 * time.Second
+// replicaSetup is one topology of the master-preferred scenario: the paused
+// master, its replica, keys it serves, and how to build each client.
+type replicaSetup struct {
+	what            string
+	master, replica *redistest.Server
+	keys            []string
+	stock           func(readOnly bool) redis.UniversalClient // go-redis alone, with ReadTimeout lowered
+	cfg             Config                                    // redisguard's default Config for the topology
+	healthy         func(t testing.TB)                        // waits until it is healthy again
+}
 
-	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout})
-	rs := pauseUnderLoad(t, cl, keys, "go-redis", stock, pause, nil)
+// checkMasterPreferred pauses the master for 4s under go-redis, redisguard
+// with the default Config and redisguard with ReadFromMasterPreferred, one
+// after the other, reports them side by side and checks the last: its reads
+// go on from the replica from 1.5s into the pause, quickly; its writes fail
+// typed; the replica serves no read while the master is healthy; Check,
+// Stats and events say so.
+func checkMasterPreferred(t *testing.T, s replicaSetup) {
+	const pause = 4 * time.Second
+	stock := s.stock(false)
+	runs := []replicaRun{pauseUnderLoad(t, s.master, s.replica, s.keys, "go-redis", stock, pause, nil)}
 	require.NoError(t, stock.Close())
-	runs := []replicaRun{rs}
 	if scenarioFull() {
 		// go-redis's own replica routing reads from replicas all the time.
-		ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout, ReadOnly: true})
-		cl.WaitHealthy(t)
-		runs = append(runs, pauseUnderLoad(t, cl, keys, "go-redis ReadOnly", ro, pause, nil))
+		ro := s.stock(true)
+		s.healthy(t)
+		runs = append(runs, pauseUnderLoad(t, s.master, s.replica, s.keys, "go-redis ReadOnly", ro, pause, nil))
 		require.NoError(t, ro.Close())
 	}
-	cl.WaitHealthy(t)
-	def := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
-	runs = append(runs, pauseUnderLoad(t, cl, keys, "redisguard default Config", def, pause, nil))
+	s.healthy(t)
+	def := newTestClient(t, s.cfg)
+	runs = append(runs, pauseUnderLoad(t, s.master, s.replica, s.keys, "redisguard default Config", def, pause, nil))
 	require.NoError(t, def.Close())
 
-	cl.WaitHealthy(t)
+	s.healthy(t)
 	var mu sync.Mutex
 	var events []Event
-	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout,
-		ReadFrom: ReadFromMasterPreferred, OnEvent: func(e Event) {
-			if e.Kind == EventReplicaReadsStarted || e.Kind == EventReplicaReadsStopped {
-				mu.Lock()
-				events = append(events, e)
-				mu.Unlock()
-			}
-		}})
+	cfg := s.cfg
+	cfg.ReadTimeout, cfg.ReadFrom = replicaReadTimeout, ReadFromMasterPreferred
+	cfg.OnEvent = func(e Event) {
+		if e.Kind == EventReplicaReadsStarted || e.Kind == EventReplicaReadsStopped {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}
+	}
+	guard := newTestClient(t, cfg)
 	var rep Report
-	rg := pauseUnderLoad(t, cl, keys, "redisguard master_preferred", guard, pause, func() {
+	rg := pauseUnderLoad(t, s.master, s.replica, s.keys, "redisguard master_preferred", guard, pause, func() {
 		rep = guard.Check(testCtx(t, 5*time.Second), CheckOptions{})
 	})
 	runs = append(runs, rg)
@@ -176,24 +184,23 @@ func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
 		rows = append(rows, r.row())
 		t.Logf("%s errors: %s", r.name, r.errs)
 	}
-	table(t, fmt.Sprintf("master paused %s (cluster-node-timeout %s), %d readers + %d writers on its slots",
-		pause, replicaNodeTimeout, replicaReaders, replicaWriters),
+	table(t, fmt.Sprintf("%s: master paused %s, %d readers + %d writers on its keys", s.what, pause, replicaReaders, replicaWriters),
 		[]string{"client", "reads 1.5s+ into pause", "succeeded", "p99", "failed writes", "replica GETs while healthy"}, rows...)
 
 	ok := len(filterOps(rg.reads, okOps))
 	require.NotEmpty(t, rg.reads)
-	assert.GreaterOrEqual(t, float64(ok)/float64(len(rg.reads)), pick(0.99, 0.95), "reads of the paused master's slots failed")
+	assert.GreaterOrEqual(t, float64(ok)/float64(len(rg.reads)), pick(0.99, 0.95), "reads of the paused master's keys failed")
 	assert.LessOrEqual(t, percentile(rg.reads, 99), pick(10*time.Millisecond, 250*time.Millisecond), "replica reads are slow")
 	assert.Zero(t, rg.replicaCalls, "the replica served reads while its master was healthy")
 	require.NotEmpty(t, rg.writeErrs, "writes to a paused master succeeded")
 	for _, w := range rg.writeErrs {
 		require.Truef(t, typedWriteErr(w.err), "write failed untyped: %v", w.err)
 	}
-	assert.Contains(t, rep.ReadFromReplica, cl.Masters[0].Addr, "Check does not report the shard read from its replica")
+	assert.Contains(t, rep.ReadFromReplica, s.master.Addr, "Check does not report the master read from its replica")
 
 	var replicaReads uint64
 	for _, n := range guard.Stats().Nodes {
-		if n.Addr == cl.Replicas[0].Addr {
+		if n.Addr == s.replica.Addr {
 			replicaReads = n.ReplicaReads
 		}
 	}
@@ -203,7 +210,60 @@ func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
 	require.Len(t, events, 2, "one start and one stop of replica reads")
 	assert.Equal(t, EventReplicaReadsStarted, events[0].Kind)
 	assert.Equal(t, EventReplicaReadsStopped, events[1].Kind)
-	assert.Equal(t, cl.Masters[0].Addr, events[0].Addr)
+	assert.Equal(t, s.master.Addr, events[0].Addr)
+}
+
+// A cluster master hangs for less than cluster-node-timeout (5s).
+func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl, keys := startReplicaCluster(t)
+	checkMasterPreferred(t, replicaSetup{
+		what:   fmt.Sprintf("cluster, 3 masters + 3 replicas, cluster-node-timeout %s", replicaNodeTimeout),
+		master: cl.Masters[0], replica: cl.Replicas[0], keys: keys,
+		stock: func(readOnly bool) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout, ReadOnly: readOnly})
+		},
+		cfg:     Config{Mode: ModeCluster, Addrs: cl.Addrs()},
+		healthy: cl.WaitHealthy,
+	})
+}
+
+// A Sentinel-managed master hangs for less than down-after-milliseconds
+// (5s): the sentinels do not fail it over.
+func TestScenarioSentinelReplicaServesPausedMastersReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	g := redistest.StartSentinel(t)
+	ctx := testCtx(t, 10*time.Second)
+	for _, s := range g.Sentinels {
+		require.NoError(t, s.Admin().Do(ctx, "sentinel", "set", g.MasterName, "down-after-milliseconds", replicaNodeTimeout.Milliseconds()).Err())
+	}
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = "scenario:" + strconv.Itoa(i)
+		require.NoError(t, g.Master.Admin().Set(ctx, keys[i], "v", 0).Err())
+	}
+	checkMasterPreferred(t, replicaSetup{
+		what:   "sentinel, master + replica + 3 sentinels, down-after-milliseconds 5000",
+		master: g.Master, replica: g.Replica, keys: keys,
+		stock: func(readOnly bool) redis.UniversalClient {
+			if readOnly {
+				return redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: g.Addrs(),
+					ReadTimeout: replicaReadTimeout, RouteRandomly: true})
+			}
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: g.Addrs(), ReadTimeout: replicaReadTimeout})
+		},
+		cfg: Config{Addrs: g.Addrs(), MasterName: g.MasterName},
+		healthy: func(t testing.TB) {
+			redistest.WaitFor(t, 10*time.Second, "the master to answer", func() error {
+				return g.Master.Admin().Ping(context.Background()).Err()
+			})
+			g.Replica.WaitLinkUp(t)
+		},
+	})
 }
 
 // With MaxReplicaStaleness 1s, a replica that has not heard from its hung
@@ -219,7 +279,7 @@ func TestScenarioStaleReplicaServesNoReads(t *testing.T) {
 	const pause = 4800 * time.Millisecond
 	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadTimeout: replicaReadTimeout,
 		ReadFrom: ReadFromMasterPreferred, MaxReplicaStaleness: time.Second})
-	rg := pauseUnderLoad(t, cl, keys, "redisguard master_preferred, staleness 1s", guard, pause, nil)
+	rg := pauseUnderLoad(t, cl.Masters[0], cl.Replicas[0], keys, "redisguard master_preferred, staleness 1s", guard, pause, nil)
 	table(t, "master paused 4.8s, MaxReplicaStaleness 1s",
 		[]string{"client", "reads 1.5s+ into pause", "succeeded", "p99", "failed writes", "replica GETs while healthy"}, rg.row())
 	t.Logf("errors: %s", rg.errs)

@@ -45,7 +45,8 @@ func TestReadFromValidation(t *testing.T) {
 		{"negative", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, ReadFrom: -1}, "ReadFrom -1"},
 		{"standalone", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but a standalone server"},
 		{"standalone master", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromMaster}, ""},
-		{"sentinel", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromMasterPreferred}, "ReadFrom is master_preferred, but Sentinel"},
+		{"sentinel master preferred", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromMasterPreferred}, ""},
+		{"sentinel nearest", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but Sentinel mode supports only"},
 		{"negative staleness", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, MaxReplicaStaleness: -time.Second}, "MaxReplicaStaleness is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,13 +92,15 @@ func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *rout
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("down") })
 	t.Cleanup(nodes.close)
 	slots := []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
-	f.r = &replicas{k: k, nodes: nodes, slots: func() []redis.ClusterSlot { return slots }, shardState: make(map[string]*fallback)}
+	f.r = newReplicas(k, nodes, &topology{k: k})
+	f.r.slots = func() []redis.ClusterSlot { return slots }
 	for _, addr := range []string{"m:1", "r:1"} {
 		cl := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
 		t.Cleanup(func() { _ = cl.Close() })
 		f.r.clients.Store(addr, cl)
 	}
 	if staleness > 0 {
+		f.r.lag.close() // replaced by one whose answers the test sets
 		f.r.lag = newLagTracker(f.clk, staleness, time.Second, func(context.Context, string) (time.Duration, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -327,4 +330,55 @@ func TestReplicaEventKinds(t *testing.T) {
 	assert.Equal(t, "replica-reads-stopped", EventReplicaReadsStopped.String())
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStarted.message())
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStopped.message())
+}
+
+// With ReadFromMasterPreferred and the master's breaker open, what moves to
+// the replica is what COMMAND calls a read: GET, EVAL_RO and a pipeline of
+// reads do; EVAL, a write, a transaction and a pipeline with a write fail
+// fast with ErrNodeUnavailable naming the master.
+func TestMasterPreferredMovesOnlyReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 15 * time.Second})
+	master := cl.Masters[0]
+	key := cl.KeyOn(t, master, "mp")
+	ctx := testCtx(t, 60*time.Second)
+	require.NoError(t, master.Admin().Set(ctx, key, "v", 0).Err())
+	require.NoError(t, master.Admin().Do(ctx, "wait", 1, 5000).Err())
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred,
+		ReadTimeout: 200 * time.Millisecond, NodeFailureThreshold: 2})
+	require.NoError(t, c.Get(ctx, key).Err())
+	master.Pause(t)
+	t.Cleanup(func() { master.Resume(t) })
+	redistest.WaitFor(t, 10*time.Second, "the master's breaker to open", func() error {
+		if err := c.Set(ctx, key, "w", 0).Err(); !errors.Is(err, ErrNodeUnavailable) {
+			return fmt.Errorf("SET: %v", err)
+		}
+		return nil
+	})
+
+	unavailable := func(t *testing.T, err error) {
+		t.Helper()
+		var ne *NodeError
+		require.ErrorAs(t, err, &ne)
+		assert.ErrorIs(t, err, ErrNodeUnavailable)
+		assert.Equal(t, master.Addr, ne.Addr)
+	}
+	v, err := c.Get(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
+	v, err = c.EvalRO(ctx, "return redis.call('get', KEYS[1])", []string{key}).Text()
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, key); p.Exists(ctx, key); return nil })
+	require.NoError(t, err)
+	assert.Equal(t, "v", cmds[0].(*redis.StringCmd).Val())
+	unavailable(t, c.Eval(ctx, "return redis.call('get', KEYS[1])", []string{key}).Err())
+	unavailable(t, c.Set(ctx, key, "w", 0).Err())
+	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, key); return nil })
+	unavailable(t, err)
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, key); p.Incr(ctx, key); return nil })
+	unavailable(t, err)
+	assert.Equal(t, []string{master.Addr}, c.Check(ctx, CheckOptions{}).ReadFromReplica)
 }

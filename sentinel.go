@@ -77,6 +77,14 @@ func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.
 	}
 }
 
+// sentinelAddrs returns the sentinels known now: the configured ones, then
+// those discovered.
+func (s *sentinelMaster) sentinelAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sentinels)
+}
+
 // sentinelNodeName labels the breaker that stands for a Sentinel-managed
 // master while its address is not known yet.
 func sentinelNodeName(master string) string { return "sentinel-master:" + master }

@@ -1,0 +1,144 @@
+package redisguard
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// sentinelReplicasEvery is the least spacing of SENTINEL REPLICAS questions.
+const sentinelReplicasEvery = time.Second
+
+// sentinelReplicas knows the replicas of a Sentinel-managed master, asking
+// the sentinels (SENTINEL REPLICAS) only while reads want a replica and at
+// most once per sentinelReplicasEvery, and builds a client for each, with
+// the replica's own node guard. The first look-up is waited for; later ones
+// run in the background, in a goroutine owned and stopped by close.
+type sentinelReplicas struct {
+	k     *core
+	nodes *nodeSet
+	sm    *sentinelMaster
+	base  *redis.Options // the node handshake; Addr set per replica
+	// register records a replica's client, for the reads to go to.
+	register func(addr string, cl *redis.Client)
+
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	first sync.Mutex // held by the first look-up, so its waiters queue once
+
+	mu      sync.Mutex
+	list    []*node                  // guarded by mu; the last answer's usable replicas
+	asked   time.Time                // guarded by mu; when the last look-up started
+	running bool                     // guarded by mu; a look-up runs
+	clients map[string]*redis.Client // guarded by mu; one per replica seen
+	closed  bool                     // guarded by mu
+}
+
+func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redis.Options, register func(string, *redis.Client)) *sentinelReplicas {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sentinelReplicas{k: k, nodes: nodes, sm: sm, base: base, register: register,
+		ctx: ctx, cancel: cancel, clients: make(map[string]*redis.Client)}
+}
+
+// of returns the replicas of the master (which master does not matter: the
+// sentinels name the replicas of the role).
+func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
+	s.mu.Lock()
+	if s.asked.IsZero() {
+		s.mu.Unlock()
+		s.first.Lock()
+		defer s.first.Unlock()
+		s.mu.Lock()
+		if s.asked.IsZero() && !s.closed {
+			s.asked = s.k.clock.Now()
+			s.mu.Unlock()
+			s.lookup(ctx)
+			s.mu.Lock()
+		}
+	} else if !s.running && !s.closed && s.k.clock.Now().Sub(s.asked) >= sentinelReplicasEvery {
+		s.asked, s.running = s.k.clock.Now(), true
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.lookup(s.ctx)
+			s.mu.Lock()
+			s.running = false
+			s.mu.Unlock()
+		}()
+	}
+	list := s.list
+	s.mu.Unlock()
+	return list
+}
+
+// lookup asks the sentinels, one after the other until one answers, for the
+// replicas, and keeps those they do not consider down.
+func (s *sentinelReplicas) lookup(ctx context.Context) {
+	for _, addr := range s.sm.sentinelAddrs() {
+		qctx, cancel := mergeCancel(ctx, s.ctx)
+		qctx, cancelQ := context.WithTimeout(qctx, sentinelQueryTimeout)
+		opt := *s.sm.sentinel
+		opt.Addr = addr
+		opt.MaxRetries = -1
+		sc := redis.NewSentinelClient(&opt)
+		replicas, err := sc.Replicas(qctx, s.sm.name).Result()
+		_ = sc.Close()
+		cancelQ()
+		cancel()
+		if err != nil {
+			continue
+		}
+		s.use(replicas)
+		return
+	}
+}
+
+// use keeps the replicas of a SENTINEL REPLICAS answer that no sentinel
+// flags down or disconnected, building a client for each new one.
+func (s *sentinelReplicas) use(replicas []map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	var list []*node
+	for _, r := range replicas {
+		flags := r["flags"]
+		if strings.Contains(flags, "s_down") || strings.Contains(flags, "o_down") || strings.Contains(flags, "disconnected") ||
+			r["ip"] == "" || r["port"] == "" {
+			continue
+		}
+		addr := net.JoinHostPort(r["ip"], r["port"])
+		if _, ok := s.clients[addr]; !ok {
+			opt := *s.base
+			opt.Addr = addr
+			opt.PoolSize = s.k.cfg.MaxConnections
+			cl := redis.NewClient(&opt)
+			cl.AddHook(s.nodes.guard(addr))
+			s.clients[addr] = cl
+			s.register(addr, cl)
+		}
+		list = append(list, s.nodes.get(addr))
+	}
+	s.list = list
+}
+
+// close stops the look-up in flight and closes the replicas' clients.
+func (s *sentinelReplicas) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cl := range s.clients {
+		_ = cl.Close()
+	}
+}
