@@ -36,6 +36,11 @@
 //     (divergence.go): converging, ErrClusterFailover or ErrSlotMapCorruption.
 //   - Healthy, Check and the HTTP handlers (health.go) test the operation the
 //     service depends on, a write, in one round trip.
+//   - With Config.ReadFrom, reads go to replicas (replica.go): with
+//     ReadFromMasterPreferred only while the master's breaker is open, so a
+//     hung master's data stays readable; replicas have breakers of their
+//     own, and MaxReplicaStaleness rules out a replica too far behind
+//     (replica_lag.go).
 //
 // What the guard decides is observable three ways (events.go, stats.go).
 // Every decision worth an operator's attention (a breaker opening, going
@@ -53,7 +58,9 @@
 // A healthy Client runs no background loops. The goroutines it starts are
 // owned and stopped by Close: one prober per node whose breaker is open,
 // with its probes in flight; in Sentinel mode, the look-up of the master
-// while its breaker is open; the CLIENT UNBLOCK sender of a cancelled
+// while its breaker is open; with ReadFrom, a replica's lag poll while
+// reads want it, and in Sentinel mode the look-up of the replicas; the
+// CLIENT UNBLOCK sender of a cancelled
 // blocking call; the closer of a dedicated connection whose set-up a
 // cancellation cut short, which only closes a socket; and the parallel
 // slot-ownership queries of a divergence decision, which end before the

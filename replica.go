@@ -15,9 +15,10 @@ import (
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
-// ReadFrom says which node of a shard serves read-only commands (Cluster
-// mode). A command is a read when COMMAND flags it readonly, as go-redis
-// decides: GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every
+// ReadFrom says which node of a shard serves read-only commands: in Cluster
+// mode every value, in Sentinel mode ReadFromMaster and
+// ReadFromMasterPreferred. A command is a read when COMMAND flags it
+// readonly: GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every
 // transaction go to the master.
 type ReadFrom int
 
@@ -62,8 +63,9 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 }
 
 // replicas routes reads between the nodes of a shard with redisguard's
-// breakers, and replicaHook, on every node client of the ordinary cluster
-// client, applies its decisions. Two paths:
+// breakers; replicaHook, on every node client of the ordinary cluster
+// client, and sentinelReadHook, on the Sentinel client, apply its
+// decisions. Two paths:
 //
 //   - A master whose breaker is open hands the reads that reach it to a
 //     usable replica of its shard (every ReadFrom but ReadFromMaster); so
