@@ -215,6 +215,13 @@ func (r *replicas) shardMap() *shardMap {
 		m.replicasOf[master.addr] = reps
 	}
 	r.shards.Store(m)
+	// A master the new map no longer has (replaced by its replica) is not
+	// read from a replica any more.
+	for addr, fb := range r.shardState {
+		if _, ok := m.replicasOf[addr]; !ok {
+			r.stop(fb, addr)
+		}
+	}
 	return m
 }
 
@@ -296,14 +303,29 @@ func (r *replicas) servedByReplica(fb *fallback, master, replica *node, n int) {
 }
 
 // servedByMaster reports the end of a master's reads going to a replica.
+// In Sentinel mode a master that serves ends them for every address: the
+// one it replaced, too, is no longer read from a replica.
 func (r *replicas) servedByMaster(fb *fallback, master *node) {
+	if r.sentinel == nil {
+		r.stop(fb, master.addr)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for addr, fb := range r.shardState {
+		r.stop(fb, addr)
+	}
+}
+
+// stop ends addr's fallback, if it has one.
+func (r *replicas) stop(fb *fallback, addr string) {
 	since := fb.since.Load()
 	if since == 0 || !fb.since.CompareAndSwap(since, 0) {
 		return
 	}
 	r.falling.Add(-1)
 	now := r.k.clock.Now()
-	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: master.addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
+	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
 }
 
 // readFromReplica lists the masters, sorted, whose breaker is open and whose

@@ -81,6 +81,7 @@ type routeFixture struct {
 	lagAnswer       time.Duration
 	lagErr          error
 	polls           int
+	slots           []redis.ClusterSlot // what the router sees as the last slot map
 }
 
 func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *routeFixture {
@@ -91,9 +92,9 @@ func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *rout
 	k := newCore(cfg, f.clk)
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("down") })
 	t.Cleanup(nodes.close)
-	slots := []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
+	f.slots = []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
 	f.r = newReplicas(k, nodes, &topology{k: k})
-	f.r.slots = func() []redis.ClusterSlot { return slots }
+	f.r.slots = func() []redis.ClusterSlot { return f.slots }
 	for _, addr := range []string{"m:1", "r:1"} {
 		cl := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
 		t.Cleanup(func() { _ = cl.Close() })
@@ -179,6 +180,19 @@ func TestReplicaReadsEvents(t *testing.T) {
 	assert.Equal(t, 3*time.Second, f.events[2].Duration)
 	assert.Equal(t, uint64(3), f.replica.replicaReads.Load())
 	assert.Empty(t, f.r.readFromReplica())
+}
+
+func TestReplicaReadsStopWhenTheMasterIsReplaced(t *testing.T) {
+	f := newRouteFixture(t, ReadFromMasterPreferred, 0)
+	require.NotNil(t, f.r.shardMap())
+	f.r.servedByReplica(f.r.fallback("m:1"), f.master, f.replica, 1)
+	open(f.master)
+	require.Equal(t, []string{"m:1"}, f.r.readFromReplica())
+	f.slots = []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "r:1"}}}} // promoted
+	assert.Nil(t, f.r.masterOf("r:1"))
+	assert.Empty(t, f.r.readFromReplica())
+	assert.Equal(t, EventReplicaReadsStopped, f.events[len(f.events)-1].Kind)
+	assert.Equal(t, "m:1", f.events[len(f.events)-1].Addr)
 }
 
 func TestReplicaReadsEventsOnlyForMasterPreferred(t *testing.T) {
