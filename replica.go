@@ -103,7 +103,8 @@ type replicas struct {
 	falling    atomic.Int64 // fallbacks with since set: the healthy path skips them while 0
 
 	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names; nil until fetched
-	nextFetch atomic.Int64                    // unix ns before which COMMAND is not asked again
+	readsMu   sync.Mutex                      // held while COMMAND is asked, so that reads wait for it
+	nextFetch time.Time                       // guarded by readsMu; before it COMMAND is not asked again
 }
 
 // shardMap says, for one slot map, which master each replica serves and
@@ -263,29 +264,42 @@ func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Cli
 }
 
 // isRead reports whether cmd is a read, by COMMAND's readonly flag, asked
-// once (and again at most once a second while it fails) of cl.
+// once (and again at most once a second while it fails) of cl. The reads
+// that need it meanwhile wait for the answer.
 func (r *replicas) isRead(ctx context.Context, cmd redis.Cmder, cl *redis.Client) bool {
 	reads := r.reads.Load()
 	if reads == nil {
-		now := r.k.clock.Now().UnixNano()
-		next := r.nextFetch.Load()
-		if now < next || !r.nextFetch.CompareAndSwap(next, now+int64(time.Second)) {
+		reads = r.fetchReads(ctx, cl)
+		if reads == nil {
 			return false
 		}
-		info, err := cl.Command(ctx).Result()
-		if err != nil {
-			return false
-		}
-		m := make(map[string]bool)
-		for name, ci := range info {
-			if ci != nil && ci.ReadOnly {
-				m[name] = true
-			}
-		}
-		r.reads.Store(&m)
-		reads = &m
 	}
 	return (*reads)[cmd.Name()]
+}
+
+func (r *replicas) fetchReads(ctx context.Context, cl *redis.Client) *map[string]bool {
+	r.readsMu.Lock()
+	defer r.readsMu.Unlock()
+	if reads := r.reads.Load(); reads != nil {
+		return reads
+	}
+	now := r.k.clock.Now()
+	if now.Before(r.nextFetch) {
+		return nil
+	}
+	r.nextFetch = now.Add(time.Second)
+	info, err := cl.Command(ctx).Result()
+	if err != nil {
+		return nil
+	}
+	m := make(map[string]bool)
+	for name, ci := range info {
+		if ci != nil && ci.ReadOnly {
+			m[name] = true
+		}
+	}
+	r.reads.Store(&m)
+	return &m
 }
 
 // servedByReplica counts reads replica serves for master, and reports the

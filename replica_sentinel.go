@@ -32,12 +32,13 @@ type sentinelReplicas struct {
 
 	first sync.Mutex // held by the first look-up, so its waiters queue once
 
-	mu      sync.Mutex
-	list    []*node                  // guarded by mu; the last answer's usable replicas
-	asked   time.Time                // guarded by mu; when the last look-up started
-	running bool                     // guarded by mu; a look-up runs
-	clients map[string]*redis.Client // guarded by mu; one per replica seen
-	closed  bool                     // guarded by mu
+	mu       sync.Mutex
+	list     []*node                  // guarded by mu; the last answer's usable replicas
+	answered bool                     // guarded by mu; the sentinels have answered once
+	asked    time.Time                // guarded by mu; when the last look-up started
+	running  bool                     // guarded by mu; a look-up runs
+	clients  map[string]*redis.Client // guarded by mu; one per replica seen
+	closed   bool                     // guarded by mu
 }
 
 func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redis.Options, register func(string, *redis.Client)) *sentinelReplicas {
@@ -50,13 +51,14 @@ func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redi
 // sentinels name the replicas of the role).
 func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
 	s.mu.Lock()
-	if s.asked.IsZero() {
+	if !s.answered {
+		// Until the sentinels have answered once, reads wait for the look-up.
 		s.mu.Unlock()
 		s.first.Lock()
 		defer s.first.Unlock()
 		s.mu.Lock()
-		if s.asked.IsZero() && !s.closed {
-			s.asked = s.k.clock.Now()
+		if now := s.k.clock.Now(); !s.answered && !s.closed && (s.asked.IsZero() || now.Sub(s.asked) >= sentinelReplicasEvery) {
+			s.asked = now
 			s.mu.Unlock()
 			s.lookup(ctx)
 			s.mu.Lock()
@@ -126,7 +128,7 @@ func (s *sentinelReplicas) use(replicas []map[string]string) {
 		}
 		list = append(list, s.nodes.get(addr))
 	}
-	s.list = list
+	s.list, s.answered = list, true
 }
 
 // close stops the look-up in flight and closes the replicas' clients.
