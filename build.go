@@ -69,6 +69,11 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, rr *replicas, poolS
 			co.ReadOnly = true
 			co.RouteByLatency = cfg.ReadFrom == ReadFromNearest
 			co.RouteRandomly = cfg.ReadFrom == ReadFromAny
+			// go-redis steers reads away from a node it marked failing
+			// (after a timeout, LOADING) for this long, 15s by default,
+			// however soon the node answers again; the breakers steer
+			// them from then on.
+			co.FailingTimeoutSeconds = 1
 		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout

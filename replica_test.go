@@ -396,3 +396,67 @@ func TestMasterPreferredMovesOnlyReads(t *testing.T) {
 	unavailable(t, err)
 	assert.Equal(t, []string{master.Addr}, c.Check(ctx, CheckOptions{}).ReadFromReplica)
 }
+
+// With ReadFromReplicaPreferred a hung replica is a node like any other: its
+// breaker opens, its reads go to the master meanwhile, its probes find it
+// when it answers again, and reads return to it.
+func TestHungReplicaFailsOverToMasterAndRecovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 15 * time.Second})
+	master, replica := cl.Masters[0], cl.Replicas[0]
+	key := cl.KeyOn(t, master, "rp")
+	ctx := testCtx(t, 60*time.Second)
+	require.NoError(t, master.Admin().Set(ctx, key, "v", 0).Err())
+	require.NoError(t, master.Admin().Do(ctx, "wait", 1, 5000).Err())
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromReplicaPreferred,
+		ReadTimeout: 200 * time.Millisecond, NodeFailureThreshold: 2})
+	replicaState := func() NodeStats {
+		for _, n := range c.Stats().Nodes {
+			if n.Addr == replica.Addr {
+				return n
+			}
+		}
+		return NodeStats{}
+	}
+	require.NoError(t, c.Get(ctx, key).Err())
+	require.Positive(t, replicaState().ReplicaReads, "a healthy replica served no read")
+
+	replica.Pause(t)
+	paused := true
+	t.Cleanup(func() {
+		if paused {
+			replica.Resume(t)
+		}
+	})
+	redistest.WaitFor(t, 10*time.Second, "the replica's breaker to open", func() error {
+		_ = c.Get(ctx, key).Err()
+		if s := replicaState().State; s != "open" {
+			return fmt.Errorf("replica breaker %s", s)
+		}
+		return nil
+	})
+	reads := replicaState().ReplicaReads
+	for range 50 {
+		start := time.Now()
+		v, err := c.Get(ctx, key).Result()
+		require.NoError(t, err, "a read failed while the master could serve it")
+		assert.Equal(t, "v", v)
+		assert.Less(t, time.Since(start), 150*time.Millisecond, "a read waited on the hung replica")
+	}
+	assert.Equal(t, reads, replicaState().ReplicaReads, "the hung replica counted reads")
+
+	replica.Resume(t)
+	paused = false
+	redistest.WaitFor(t, 15*time.Second, "reads to return to the replica", func() error {
+		if err := c.Get(ctx, key).Err(); err != nil {
+			return err
+		}
+		if replicaState().ReplicaReads == reads {
+			return errors.New("the replica serves no reads yet")
+		}
+		return nil
+	})
+	assert.Equal(t, "closed", replicaState().State)
+}
