@@ -180,9 +180,9 @@ type Config struct {
 	// default: nil, no logging
 	Logger *slog.Logger
 
-	// ReadFrom says which node of a shard serves read-only commands in
-	// Cluster mode (see ReadFrom and docs/replicas.md). Anything but
-	// ReadFromMaster is invalid in the other modes.
+	// ReadFrom says which node of a shard serves read-only commands (see
+	// ReadFrom and docs/replicas.md). Anything but ReadFromMaster is invalid
+	// in Standalone mode, and ReadFromNearest in Sentinel mode.
 	// default: ReadFromMaster
 	ReadFrom ReadFrom
 
@@ -366,8 +366,8 @@ func (cfg *Config) validateReadFrom() error {
 	case ModeStandalone:
 		return invalid("ReadFrom", "is %s, but a standalone server has no replicas to read from", cfg.ReadFrom)
 	case ModeSentinel:
-		if cfg.ReadFrom != ReadFromMasterPreferred {
-			return invalid("ReadFrom", "is %s, but Sentinel mode supports only master and master_preferred", cfg.ReadFrom)
+		if cfg.ReadFrom == ReadFromNearest {
+			return invalid("ReadFrom", "is nearest, but Sentinel mode has no latency to go by; use master_preferred, replica_preferred or any")
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -16,8 +17,7 @@ import (
 )
 
 // ReadFrom says which node of a shard serves read-only commands: in Cluster
-// mode every value, in Sentinel mode ReadFromMaster and
-// ReadFromMasterPreferred. A command is a read when COMMAND flags it
+// mode every value, in Sentinel mode all but ReadFromNearest. A command is a read when COMMAND flags it
 // readonly: GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every
 // transaction go to the master.
 type ReadFrom int
@@ -253,7 +253,7 @@ func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Cli
 	if len(reps) == 0 {
 		return nil, nil
 	}
-	first := int(r.k.clock.Now().UnixNano() % int64(len(reps))) // spreads the reads over the replicas
+	first := rand.N(len(reps)) // spreads the reads over the replicas
 	for i := range reps {
 		rep := reps[(first+i)%len(reps)]
 		if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
@@ -404,7 +404,10 @@ type replicaHook struct {
 }
 
 // sentinelReadHook is installed on the Sentinel client, outside the master's
-// node guard: it applies replicas.process to the current master.
+// node guard: with ReadFromReplicaPreferred and ReadFromAny it sends reads
+// to a replica as they say (go-redis's failover client has no such routing
+// of its own), and in every mode it applies replicas.process to the current
+// master.
 type sentinelReadHook struct {
 	r  *replicas
 	sm *sentinelMaster
@@ -413,15 +416,63 @@ type sentinelReadHook struct {
 func (h sentinelReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h sentinelReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	r := h.r
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		return h.r.process(ctx, cmd, h.sm.node(), nil, next)
+		master := h.sm.node()
+		if routed && !own(ctx, cmd) && classifyCmd(cmd) == classOrdinary {
+			if rep, cl := r.pick(ctx, master); cl != nil && r.isRead(ctx, cmd, cl) {
+				rep.replicaReads.Add(1)
+				return cl.Process(ctx, cmd)
+			}
+		}
+		return r.process(ctx, cmd, master, nil, next)
 	}
 }
 
 func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	r := h.r
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		return h.r.processBatch(ctx, cmds, h.sm.node(), nil, next)
+		master := h.sm.node()
+		if routed && len(cmds) > 0 && !own(ctx, cmds[0]) && !batchIsBlocking(cmds) {
+			if rep, cl := r.pick(ctx, master); cl != nil && r.allReads(ctx, cmds, cl) {
+				rep.replicaReads.Add(uint64(len(cmds)))
+				return pipelineOn(ctx, cl, cmds)
+			}
+		}
+		return r.processBatch(ctx, cmds, master, nil, next)
 	}
+}
+
+// pick chooses where a read for master goes in Sentinel mode: a usable
+// replica with ReadFromReplicaPreferred; with ReadFromAny the master or a
+// replica at random, the master when the replica drawn is not usable. nil
+// means the master.
+func (r *replicas) pick(ctx context.Context, master *node) (*node, *redis.Client) {
+	if r.k.cfg.ReadFrom == ReadFromAny {
+		reps := r.members(ctx, master)
+		i := rand.N(len(reps) + 1)
+		if i == len(reps) {
+			return nil, nil
+		}
+		rep := reps[i]
+		if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
+			return rep, cl
+		}
+		return nil, nil
+	}
+	return r.standIn(ctx, master)
+}
+
+// allReads reports whether every command of cmds is a read.
+func (r *replicas) allReads(ctx context.Context, cmds []redis.Cmder, cl *redis.Client) bool {
+	for _, cmd := range cmds {
+		if !r.isRead(ctx, cmd, cl) {
+			return false
+		}
+	}
+	return true
 }
 
 func (h replicaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -467,13 +518,8 @@ func (r *replicas) divertibleBatch(ctx context.Context, cmds []redis.Cmder, mast
 		return nil, nil
 	}
 	rep, cl := r.standIn(ctx, master)
-	if cl == nil {
+	if cl == nil || !r.allReads(ctx, cmds, cl) {
 		return nil, nil
-	}
-	for _, cmd := range cmds {
-		if !r.isRead(ctx, cmd, cl) {
-			return nil, nil
-		}
 	}
 	return rep, cl
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,13 +33,12 @@ type sentinelReplicas struct {
 
 	first sync.Mutex // held by the first look-up, so its waiters queue once
 
-	mu       sync.Mutex
-	list     []*node                  // guarded by mu; the last answer's usable replicas
-	answered bool                     // guarded by mu; the sentinels have answered once
-	asked    time.Time                // guarded by mu; when the last look-up started
-	running  bool                     // guarded by mu; a look-up runs
-	clients  map[string]*redis.Client // guarded by mu; one per replica seen
-	closed   bool                     // guarded by mu
+	list  atomic.Pointer[[]*node] // the last answer's usable replicas; nil before one
+	asked atomic.Int64            // unix ns (client clock) when the last look-up started
+
+	mu      sync.Mutex
+	clients map[string]*redis.Client // guarded by mu; one per replica seen
+	closed  bool                     // guarded by mu; no look-up starts once set
 }
 
 func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redis.Options, register func(string, *redis.Client)) *sentinelReplicas {
@@ -50,33 +50,43 @@ func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redi
 // of returns the replicas of the master (which master does not matter: the
 // sentinels name the replicas of the role).
 func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
-	s.mu.Lock()
-	if !s.answered {
-		// Until the sentinels have answered once, reads wait for the look-up.
-		s.mu.Unlock()
-		s.first.Lock()
-		defer s.first.Unlock()
-		s.mu.Lock()
-		if now := s.k.clock.Now(); !s.answered && !s.closed && (s.asked.IsZero() || now.Sub(s.asked) >= sentinelReplicasEvery) {
-			s.asked = now
-			s.mu.Unlock()
-			s.lookup(ctx)
-			s.mu.Lock()
+	if l := s.list.Load(); l != nil {
+		now := s.k.clock.Now().UnixNano()
+		if asked := s.asked.Load(); now-asked >= int64(sentinelReplicasEvery) && s.asked.CompareAndSwap(asked, now) {
+			s.refresh()
 		}
-	} else if !s.running && !s.closed && s.k.clock.Now().Sub(s.asked) >= sentinelReplicasEvery {
-		s.asked, s.running = s.k.clock.Now(), true
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.lookup(s.ctx)
-			s.mu.Lock()
-			s.running = false
-			s.mu.Unlock()
-		}()
+		return *l
 	}
-	list := s.list
-	s.mu.Unlock()
-	return list
+	// Until the sentinels have answered once, reads wait for the look-up.
+	s.first.Lock()
+	defer s.first.Unlock()
+	if l := s.list.Load(); l != nil {
+		return *l
+	}
+	now := s.k.clock.Now().UnixNano()
+	if asked := s.asked.Load(); asked != 0 && now-asked < int64(sentinelReplicasEvery) {
+		return nil // asked less than a second ago, and no sentinel answered
+	}
+	s.asked.Store(now)
+	s.lookup(ctx)
+	if l := s.list.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// refresh runs a look-up in the background.
+func (s *sentinelReplicas) refresh() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.lookup(s.ctx)
+	}()
 }
 
 // lookup asks the sentinels, one after the other until one answers, for the
@@ -128,7 +138,7 @@ func (s *sentinelReplicas) use(replicas []map[string]string) {
 		}
 		list = append(list, s.nodes.get(addr))
 	}
-	s.list, s.answered = list, true
+	s.list.Store(&list)
 }
 
 // close stops the look-up in flight and closes the replicas' clients.

@@ -46,7 +46,7 @@ func TestReadFromValidation(t *testing.T) {
 		{"standalone", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but a standalone server"},
 		{"standalone master", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromMaster}, ""},
 		{"sentinel master preferred", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromMasterPreferred}, ""},
-		{"sentinel nearest", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but Sentinel mode supports only"},
+		{"sentinel nearest", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but Sentinel mode has no latency"},
 		{"negative staleness", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, MaxReplicaStaleness: -time.Second}, "MaxReplicaStaleness is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -286,7 +286,7 @@ func TestParseURLReadFrom(t *testing.T) {
 		{"redis+cluster://h?read_from=MASTER", "URL parameter read_from is not one of"},
 		{"redis+cluster://h?max_replica_staleness=-1s", "URL parameter max_replica_staleness is negative"},
 		{"redis+cluster://h?max_replica_staleness=1", "URL parameter max_replica_staleness has no unit"},
-		{"redis+sentinel://h/m?read_from=any", "ReadFrom is any, but Sentinel"},
+		{"redis+sentinel://h/m?read_from=nearest", "ReadFrom is nearest, but Sentinel"},
 	} {
 		_, err := ParseURL(tc.url)
 		require.ErrorIs(t, err, ErrInvalidConfig, tc.url)
@@ -459,4 +459,42 @@ func TestHungReplicaFailsOverToMasterAndRecovers(t *testing.T) {
 		return nil
 	})
 	assert.Equal(t, "closed", replicaState().State)
+}
+
+// In Sentinel mode ReadFromReplicaPreferred sends reads to the replica the
+// sentinels list and writes (EVAL included) to the master; ReadFromAny
+// spreads reads over both.
+func TestSentinelReadsLandWhereReadFromSays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	g := redistest.StartSentinel(t)
+	ctx := testCtx(t, 60*time.Second)
+	require.NoError(t, g.Master.Admin().Set(ctx, "k", "v", 0).Err())
+	require.NoError(t, g.Master.Admin().Do(ctx, "wait", 1, 5000).Err())
+	calls := func(s *redistest.Server, cmd string) int { return commandCalls(t, []*redistest.Server{s}, cmd) }
+	for _, from := range []ReadFrom{ReadFromReplicaPreferred, ReadFromAny} {
+		t.Run(from.String(), func(t *testing.T) {
+			c := newTestClient(t, Config{Addrs: g.Addrs(), MasterName: g.MasterName, ReadFrom: from})
+			replicaGets, masterGets := calls(g.Replica, "get"), calls(g.Master, "get")
+			replicaEvals := calls(g.Replica, "eval")
+			for range 40 {
+				v, err := c.Get(ctx, "k").Result()
+				require.NoError(t, err)
+				assert.Equal(t, "v", v)
+				require.NoError(t, c.Eval(ctx, "return 1", nil).Err())
+				require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+			}
+			onReplica, onMaster := calls(g.Replica, "get")-replicaGets, calls(g.Master, "get")-masterGets
+			assert.Zero(t, calls(g.Replica, "eval")-replicaEvals, "EVAL is a write")
+			if from == ReadFromReplicaPreferred {
+				assert.Equal(t, 40, onReplica)
+				assert.Zero(t, onMaster)
+			} else {
+				assert.Equal(t, 40, onReplica+onMaster)
+				assert.Positive(t, onReplica, "no read on the replica")
+				assert.Positive(t, onMaster, "no read on the master")
+			}
+		})
+	}
 }
