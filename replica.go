@@ -2,7 +2,6 @@ package redisguard
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -373,98 +372,6 @@ func (r *replicas) pollLag(ctx context.Context, addr string) (time.Duration, err
 	return parseReplicationLag(info)
 }
 
-// withReadOnly returns the node clients' OnConnect with
-// ReadFromMasterPreferred: READONLY, then then. go-redis's ReadOnly, which
-// would send it, stays off there; a replica answers reads only on a
-// connection that has sent it, and any node may be a replica after a
-// failover.
-func withReadOnly(then func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
-	return func(ctx context.Context, cn *redis.Conn) error {
-		if err := cn.ReadOnly(ctx).Err(); err != nil {
-			return err
-		}
-		if then != nil {
-			return then(ctx, cn)
-		}
-		return nil
-	}
-}
-
-// directNodeKey marks the context of calls a caller makes on a node client
-// of its choice (ForEachShard, ForEachSlave): replicaHook leaves them where
-// the caller sent them.
-type directNodeKey struct{}
-
-// replicaHook is installed on each node client of the ordinary cluster
-// client, outside the node's guard (see replicas).
-type replicaHook struct {
-	r  *replicas
-	n  *node     // the node the client talks to
-	fb *fallback // its fallback state, as a master
-}
-
-// sentinelReadHook is installed on the Sentinel client, outside the master's
-// node guard: with ReadFromReplicaPreferred and ReadFromAny it sends reads
-// to a replica as they say (go-redis's failover client has no such routing
-// of its own), and in every mode it applies replicas.process to the current
-// master.
-type sentinelReadHook struct {
-	r  *replicas
-	sm *sentinelMaster
-}
-
-func (h sentinelReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h sentinelReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	r := h.r
-	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		master := h.sm.node()
-		if routed && !own(ctx, cmd) && classifyCmd(cmd) == classOrdinary {
-			if rep, cl := r.pick(ctx, master); cl != nil && r.isRead(ctx, cmd, cl) {
-				rep.replicaReads.Add(1)
-				return cl.Process(ctx, cmd)
-			}
-		}
-		return r.process(ctx, cmd, master, nil, next)
-	}
-}
-
-func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	r := h.r
-	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		master := h.sm.node()
-		if routed && len(cmds) > 0 && !own(ctx, cmds[0]) && !batchIsBlocking(cmds) {
-			if rep, cl := r.pick(ctx, master); cl != nil && r.allReads(ctx, cmds, cl) {
-				rep.replicaReads.Add(uint64(len(cmds)))
-				return pipelineOn(ctx, cl, cmds)
-			}
-		}
-		return r.processBatch(ctx, cmds, master, nil, next)
-	}
-}
-
-// pick chooses where a read for master goes in Sentinel mode: a usable
-// replica with ReadFromReplicaPreferred; with ReadFromAny the master or a
-// replica at random, the master when the replica drawn is not usable. nil
-// means the master.
-func (r *replicas) pick(ctx context.Context, master *node) (*node, *redis.Client) {
-	if r.k.cfg.ReadFrom == ReadFromAny {
-		reps := r.members(ctx, master)
-		i := rand.N(len(reps) + 1)
-		if i == len(reps) {
-			return nil, nil
-		}
-		rep := reps[i]
-		if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
-			return rep, cl
-		}
-		return nil, nil
-	}
-	return r.standIn(ctx, master)
-}
-
 // allReads reports whether every command of cmds is a read.
 func (r *replicas) allReads(ctx context.Context, cmds []redis.Cmder, cl *redis.Client) bool {
 	for _, cmd := range cmds {
@@ -473,28 +380,6 @@ func (r *replicas) allReads(ctx context.Context, cmds []redis.Cmder, cl *redis.C
 		}
 	}
 	return true
-}
-
-func (h replicaHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// own reports whether cmd is one the hook leaves alone: sent by go-redis or
-// redisguard for their own purposes, or by a caller to a node of its choice.
-func own(ctx context.Context, cmd redis.Cmder) bool {
-	return isNodeAdmin(cmd) || ctx.Value(directNodeKey{}) != nil
-}
-
-func (h replicaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	r, self := h.r, h.n
-	fb := h.fb
-	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred // go-redis sends reads to replicas
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if routed {
-			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmd) {
-				return h.replicaRead(ctx, cmd, master, next)
-			}
-		}
-		return r.process(ctx, cmd, self, fb, next)
-	}
 }
 
 // divertible returns a usable replica of master, and its client, when cmd
@@ -579,68 +464,4 @@ func (r *replicas) processBatch(ctx context.Context, cmds []redis.Cmder, master 
 		r.servedByMaster(r.fallbackOf(fb, master), master)
 	}
 	return err
-}
-
-// replicaRead serves a read go-redis routed to h's replica, of master: on
-// the replica if it is usable, otherwise on the master.
-func (h replicaHook) replicaRead(ctx context.Context, cmd redis.Cmder, master *node, next redis.ProcessHook) error {
-	r, self := h.r, h.n
-	if r.usable(ctx, self) {
-		self.replicaReads.Add(1)
-		return next(ctx, cmd)
-	}
-	mc := r.client(master.addr)
-	if mc == nil {
-		return next(ctx, cmd) // go-redis has not built the master's client yet
-	}
-	return mc.Process(ctx, cmd)
-}
-
-// ProcessPipelineHook does for a pipeline of reads what ProcessHook does
-// for one: a pipeline is a read when every command in it is (a transaction
-// never is), and it moves whole.
-func (h replicaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	r, self := h.r, h.n
-	fb := h.fb
-	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 {
-			return next(ctx, cmds)
-		}
-		if routed {
-			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmds[0]) {
-				if r.usable(ctx, self) {
-					self.replicaReads.Add(uint64(len(cmds)))
-					return next(ctx, cmds)
-				}
-				if mc := r.client(master.addr); mc != nil {
-					return pipelineOn(ctx, mc, cmds)
-				}
-				return next(ctx, cmds)
-			}
-		}
-		return r.processBatch(ctx, cmds, self, fb, next)
-	}
-}
-
-// pipelineOn sends cmds as one pipeline on cl. Every command keeps its own
-// reply: an error reply is not returned, which would stamp it on the
-// commands that succeeded.
-func pipelineOn(ctx context.Context, cl *redis.Client, cmds []redis.Cmder) error {
-	pipe := cl.Pipeline()
-	for _, cmd := range cmds {
-		_ = pipe.Process(ctx, cmd)
-	}
-	_, err := pipe.Exec(ctx)
-	if err == nil || err == redis.Nil || isRedisReply(err) {
-		return nil
-	}
-	return err
-}
-
-// masterMissed reports whether err says the master did not answer: not a
-// reply, not the caller giving up, not Close.
-func masterMissed(ctx context.Context, err error) bool {
-	return err != nil && err != redis.Nil && !isRedisReply(err) && contextDone(ctx) == nil &&
-		!errors.Is(err, ErrClosed)
 }

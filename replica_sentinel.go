@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -153,4 +154,66 @@ func (s *sentinelReplicas) close() {
 	for _, cl := range s.clients {
 		_ = cl.Close()
 	}
+}
+
+// sentinelReadHook is installed on the Sentinel client, outside the master's
+// node guard: with ReadFromReplicaPreferred and ReadFromAny it sends reads
+// to a replica as they say (go-redis's failover client has no such routing
+// of its own), and in every mode it applies replicas.process to the current
+// master.
+type sentinelReadHook struct {
+	r  *replicas
+	sm *sentinelMaster
+}
+
+func (h sentinelReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sentinelReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	r := h.r
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		master := h.sm.node()
+		if routed && !own(ctx, cmd) && classifyCmd(cmd) == classOrdinary {
+			if rep, cl := r.pick(ctx, master); cl != nil && r.isRead(ctx, cmd, cl) {
+				rep.replicaReads.Add(1)
+				return cl.Process(ctx, cmd)
+			}
+		}
+		return r.process(ctx, cmd, master, nil, next)
+	}
+}
+
+func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	r := h.r
+	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		master := h.sm.node()
+		if routed && len(cmds) > 0 && !own(ctx, cmds[0]) && !batchIsBlocking(cmds) {
+			if rep, cl := r.pick(ctx, master); cl != nil && r.allReads(ctx, cmds, cl) {
+				rep.replicaReads.Add(uint64(len(cmds)))
+				return pipelineOn(ctx, cl, cmds)
+			}
+		}
+		return r.processBatch(ctx, cmds, master, nil, next)
+	}
+}
+
+// pick chooses where a read for master goes in Sentinel mode: a usable
+// replica with ReadFromReplicaPreferred; with ReadFromAny the master or a
+// replica at random, the master when the replica drawn is not usable. nil
+// means the master.
+func (r *replicas) pick(ctx context.Context, master *node) (*node, *redis.Client) {
+	if r.k.cfg.ReadFrom == ReadFromAny {
+		reps := r.members(ctx, master)
+		i := rand.N(len(reps) + 1)
+		if i == len(reps) {
+			return nil, nil
+		}
+		rep := reps[i]
+		if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
+			return rep, cl
+		}
+		return nil, nil
+	}
+	return r.standIn(ctx, master)
 }
