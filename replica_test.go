@@ -285,4 +285,3 @@ func TestReplicaEventKinds(t *testing.T) {
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStarted.message())
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStopped.message())
 }
-
