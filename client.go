@@ -33,6 +33,7 @@ type Client struct {
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
+	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
 
 	// undetected is why the first contact failed, when ModeAuto could not
 	// tell a cluster node from a standalone server; nil otherwise.
@@ -102,20 +103,15 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
-	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
-	c.UniversalClient.AddHook(facadeHook{c})
-	// Subscriptions dial through the client's dial hook, on each node
-	// client in Cluster mode; registered before any node client exists.
-	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.adm}) })
-	} else {
-		c.UniversalClient.AddHook(subscriptionBudget{c.adm})
+	c.hooks = &clientHooks{
+		facade: facadeHook{c}, budget: subscriptionBudget{c.adm}, div: divergenceHook{c.div},
+		topo: c.topo, sentinel: c.sentinel,
 	}
-	if c.topo != nil {
-		cc := c.UniversalClient.(*redis.ClusterClient)
+	c.UniversalClient = newGoRedis(clientSpec{
+		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
+	}).(redis.UniversalClient)
+	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
 		c.div.cluster = cc
-		cc.AddHook(divergenceHook{c.div}) // inside the facade: sees go-redis's final error
-		c.topo.attach(cc)
 	}
 	return c, nil
 }
@@ -149,8 +145,8 @@ func (c *Client) Close() error {
 // commands to the long budget and translates go-redis's errors into
 // redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
 // mode nodeGuard sits on each node client, below this hook; in Standalone and
-// Sentinel mode both are on the one client and nodeGuard, added first by
-// build, wraps this hook (admission.go relies on that order).
+// Sentinel mode both are on the one client and nodeGuard wraps this hook
+// (see newGoRedis; admission.go relies on that order).
 type facadeHook struct{ c *Client }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // dedicated is one long connection, kept across calls so that its CLIENT ID
@@ -104,16 +103,11 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 // closing its connection. Any other failure is the connection's set-up
 // failing: the caller's command was not sent.
 func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
-	opt := *node.Options()
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
-	opt.PipelinePoolSize = noPipelinePool
-	opt.MaxRetries = -1             // Options were resolved once already: 0 would now mean three
-	opt.ReadTimeout = noReadTimeout // the socket caps every read instead
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	d := &dedicated{control: node, key: key}
-	d.client = redis.NewClient(&opt)
-	d.client.AddHook(a.guard(opt.Addr))
-	d.client.AddHook(socketHook{d: d, timeout: a.k.cfg.ReadTimeout})
+	d.client = newGoRedis(clientSpec{
+		kind: clientDedicated, base: node.Options(),
+		guard: a.guard(node.Options().Addr), socket: socketHook{d: d, timeout: a.k.cfg.ReadTimeout},
+	}).(*redis.Client)
 	d.conn = d.client.Conn()
 
 	a.mu.Lock()
