@@ -62,6 +62,12 @@ type admission struct {
 	guard func(addr string) nodeGuard
 	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
 	noUnblock atomic.Bool
+	// hooks are the Client's hooks a dedicated connection carries.
+	hooks *clientHooks
+	// gen counts Instrument calls: a dedicated connection built before the
+	// latest is closed rather than reused, so that every later call runs
+	// on a connection the extension reaches. Written under mu.
+	gen atomic.Uint64
 	// nodeDown, if set, reports whether the breaker of the node at addr is
 	// open: a cancelled call there is cut off at once (see interrupt).
 	nodeDown func(addr string) bool
@@ -123,6 +129,34 @@ func (a *admission) client() (redis.UniversalClient, error) {
 		a.long, a.guard = a.newLong()
 	}
 	return a.long, nil
+}
+
+// instrument runs apply with the long client (nil until built) while no
+// long client or dedicated connection is being built, then closes the idle
+// dedicated connections, built without the extension apply adds; those in
+// use are closed when their calls end (put).
+func (a *admission) instrument(apply func(long redis.UniversalClient) error) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	err := apply(a.long)
+	a.gen.Add(1)
+	idle := a.idle
+	a.idle = make(map[string][]*dedicated)
+	for _, list := range idle {
+		for _, d := range list {
+			delete(a.live, d)
+		}
+	}
+	a.mu.Unlock()
+	for _, list := range idle {
+		for _, d := range list {
+			d.close()
+		}
+	}
+	return err
 }
 
 // close ends the long budget: permit waiters and interrupts return, every

@@ -37,6 +37,9 @@ type clientSpec struct {
 	poolSize int          // connections per node
 	hooks    *clientHooks // the Client's own hooks
 
+	// Dedicated clients carry hooks too; probe and sentinel-question
+	// clients none.
+
 	// Dedicated, probe and sentinel-question clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
 	addr string         // probe, sentinel question: where to connect
@@ -50,6 +53,8 @@ type clientSpec struct {
 // clientHooks are the hooks a Client installs around the node guards of its
 // ordinary and long clients.
 type clientHooks struct {
+	user     *userHooks         // Client.AddHook's hooks: outermost on every client
+	ext      *extensions        // Client.Instrument's functions: long and dedicated clients get them when built
 	facade   facadeHook         // ordinary client
 	budget   subscriptionBudget // ordinary client (its node clients in Cluster mode)
 	div      divergenceHook     // Cluster mode
@@ -76,32 +81,47 @@ type hookable interface {
 //   - probe and sentinel question: base, or the sentinels' handshake, at
 //     addr, each step bounded by wait, never retried, closed after use.
 //
-// Hooks, outermost first (each cell says where the hook sits):
+// The hooks of each client, outermost first. [sentinelMaster] is there in
+// Sentinel mode only; "dials" marks a userLayer that runs the user's dial
+// hooks alone; "no breakers" a guard whose breakers are turned off (see
+// longClient); extensions are the hooks Instrument's functions add, which
+// go-redis appends innermost (on node clients, for a cluster client).
 //
-//	hook                 Standalone          Sentinel            Cluster
-//	facadeHook           ordinary            ordinary            ordinary, cluster client
-//	subscriptionBudget   ordinary            ordinary            ordinary, each node client
-//	divergenceHook       -                   -                   ordinary and long, cluster client
-//	sentinelMaster       -                   ordinary, long      -
-//	nodeGuard            ordinary, long,     ordinary, long,     each node client of ordinary
-//	                     dedicated           dedicated           and long, dedicated
-//	socketHook           dedicated           dedicated           dedicated
-//	(probe and sentinel-question clients carry no hook)
+//	Standalone, Sentinel
+//	  ordinary    userLayer, [sentinelMaster], nodeGuard, facadeHook, subscriptionBudget, extensions
+//	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
+//	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
+//	Cluster
+//	  ordinary    cluster client: userLayer, facadeHook, divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget, extensions
+//	  long        cluster client: divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, extensions
+//	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
+//	probe, sentinel question: none
 //
-// The table lists hooks outermost first within one client. In Standalone
-// and Sentinel mode sentinelMaster and nodeGuard are added before
-// facadeHook, so on the ordinary client they wrap it: the guard already
-// admits and scores the long calls facadeHook hands to the long client,
-// whose guards, and its dedicated connections', therefore carry breakers of
-// their own, turned off (see longClient). In Cluster mode the node is only
-// known on the node clients, so nodeGuard sits there, inside every
-// cluster-level hook. Making the order the same would move the scoring of
+// The user's hooks (Client.AddHook) are outermost, so they see each command
+// once, with the error the caller gets; their process and pipeline hooks run
+// on the ordinary client alone, where every command enters, so a blocking
+// command that facadeHook hands to the long client is not seen again there.
+// Extensions sit innermost and see what go-redis sends and returns: a
+// blocking command once, on its dedicated connection.
+//
+// In Standalone and Sentinel mode nodeGuard is outside facadeHook: it
+// already admits and scores the long calls facadeHook hands to the long
+// client, whose guards therefore have no breakers. In Cluster mode the node
+// is only known on the node clients, so nodeGuard sits there, inside every
+// cluster-level hook. One order for every mode would move the scoring of
 // Standalone blocking calls from the ordinary client's guard to the long
-// client's, a change of behaviour rather than of shape.
+// client's: a change of behaviour (isExhaustion, the reset retry and the
+// dedicated set-up marks rely on it), not of shape.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
 	case clientOrdinary, clientLong:
-		return newNodeClient(s)
+		cl := newNodeClient(s)
+		if s.kind == clientLong {
+			s.hooks.ext.apply(cl)
+		}
+		return cl
 	case clientDedicated:
 		opt := *s.base
 		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
@@ -110,8 +130,10 @@ func newGoRedis(s clientSpec) hookable {
 		opt.ReadTimeout = noReadTimeout // the socket caps every read instead
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
+		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)
 		cl.AddHook(s.socket)
+		s.hooks.ext.apply(cl)
 		return cl
 	case clientProbe:
 		opt := *s.base
@@ -148,6 +170,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
+		cl.AddHook(h.user.layer(ordinary))
 		cl.AddHook(h.sentinel)
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
 		if g.n == h.sentinel.role {
@@ -175,6 +198,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			cl := redis.NewClient(opt)
+			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
 			cl.AddHook(s.nodes.guard(opt.Addr))
 			if ordinary {
 				// Subscriptions dial through the node clients.
@@ -184,6 +208,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		}
 		cc := redis.NewClusterClient(co)
 		if ordinary {
+			cc.AddHook(h.user.layer(true))
 			cc.AddHook(h.facade)
 		}
 		// Inside the facade it sees go-redis's final error; on the long
@@ -194,6 +219,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
+		cl.AddHook(h.user.layer(ordinary))
 		cl.AddHook(s.nodes.guard(cl.Options().Addr))
 		if ordinary {
 			cl.AddHook(h.facade)

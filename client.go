@@ -104,9 +104,11 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		return ok && n.br.State() == breaker.Open
 	}
 	c.hooks = &clientHooks{
+		user: &userHooks{}, ext: &extensions{k: c.core},
 		facade: facadeHook{c}, budget: subscriptionBudget{c.adm}, div: divergenceHook{c.div},
 		topo: c.topo, sentinel: c.sentinel,
 	}
+	c.adm.hooks = c.hooks
 	c.UniversalClient = newGoRedis(clientSpec{
 		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
 	}).(redis.UniversalClient)

@@ -24,6 +24,7 @@ type dedicated struct {
 	conn    *redis.Conn   // holds that connection for the dedicated's whole life
 	id      int64         // the connection's CLIENT ID; 0 if the server has none (Redis numbers clients from 1)
 	key     string        // node address: the idle list it returns to
+	gen     uint64        // admission's gen when it was built: an older one is not reused
 
 	mu      sync.Mutex
 	sock    *socket // guarded by mu: the socket under conn, once dialled
@@ -103,9 +104,9 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 // closing its connection. Any other failure is the connection's set-up
 // failing: the caller's command was not sent.
 func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
-	d := &dedicated{control: node, key: key}
+	d := &dedicated{control: node, key: key, gen: a.gen.Load()}
 	d.client = newGoRedis(clientSpec{
-		kind: clientDedicated, base: node.Options(),
+		kind: clientDedicated, base: node.Options(), hooks: a.hooks,
 		guard: a.guard(node.Options().Addr), socket: socketHook{d: d, timeout: a.k.cfg.ReadTimeout},
 	}).(*redis.Client)
 	d.conn = d.client.Conn()
@@ -157,7 +158,7 @@ func (a *admission) discard(d *dedicated) {
 func (a *admission) put(d *dedicated, reuse bool) {
 	if reuse {
 		a.mu.Lock()
-		if !a.closed {
+		if !a.closed && d.gen == a.gen.Load() {
 			a.idle[d.key] = append(a.idle[d.key], d)
 			a.mu.Unlock()
 			return
