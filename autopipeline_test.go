@@ -1,0 +1,290 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/faultproxy"
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// go-redis's AutoPipeline and AsyncAutoPipeline batch the commands of many
+// callers into pipelines on the client they come from. Through redisguard
+// that is the guarded client, so each batch passes the node guards and the
+// facade like any pipeline: these tests pin that down on real servers.
+
+// autopipeliners returns both faces of c's autopipeliner.
+func autopipeliners(t *testing.T, c redis.UniversalClient) map[string]*redis.AutoPipeliner {
+	t.Helper()
+	blocking, err := c.AutoPipeline()
+	require.NoError(t, err)
+	async, err := c.AsyncAutoPipeline()
+	require.NoError(t, err)
+	return map[string]*redis.AutoPipeliner{"AutoPipeline": blocking, "AsyncAutoPipeline": async}
+}
+
+// A paused server opens its breaker under autopipelined traffic, after
+// which each command fails at once with ErrNodeUnavailable; go-redis alone
+// waits out its read timeout on every command.
+func TestAutoPipelineBreakerFailsFast(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const readTimeout = 300 * time.Millisecond
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: readTimeout, NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour})
+	stock := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: readTimeout})
+	t.Cleanup(func() { _ = stock.Close() })
+	ctx := testCtx(t, 30*time.Second)
+	guarded, alone := autopipeliners(t, c), autopipeliners(t, stock)
+	for _, ap := range guarded {
+		require.NoError(t, ap.Set(ctx, "ap:k", "v", 0).Err())
+	}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+
+	for name, ap := range guarded {
+		var err error
+		for i := 0; i < 10 && !errors.Is(err, ErrNodeUnavailable); i++ {
+			err = ap.Get(ctx, "ap:k").Err()
+		}
+		require.ErrorIs(t, err, ErrNodeUnavailable, name)
+		var nodeErr *NodeError
+		require.ErrorAs(t, err, &nodeErr, name)
+		assert.Equal(t, srv.Addr, nodeErr.Addr, name)
+
+		start := time.Now()
+		err = ap.Get(ctx, "ap:k").Err()
+		guardedTook := time.Since(start)
+		require.ErrorIs(t, err, ErrNodeUnavailable, name)
+
+		start = time.Now()
+		stockErr := alone[name].Get(ctx, "ap:k").Err()
+		aloneTook := time.Since(start)
+		t.Logf("%s on a paused server: redisguard %v (%v), go-redis alone %v (%v)", name, guardedTook, err, aloneTook, stockErr)
+		assert.Less(t, guardedTook, readTimeout/2, "%s: an open breaker fails at once", name)
+		assert.GreaterOrEqual(t, aloneTook, readTimeout, "%s: go-redis alone waits for its read timeout", name)
+	}
+}
+
+// In Cluster mode a killed master fails the commands for its slots with
+// ErrNodeUnavailable, and the other masters keep answering through the same
+// autopipeliner.
+func TestAutoPipelineClusterNodeDown(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), Mode: ModeCluster, NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour})
+	ctx := testCtx(t, 30*time.Second)
+	down, up := cl.KeyOn(t, cl.Masters[0], "ap:down"), cl.KeyOn(t, cl.Masters[1], "ap:up")
+	for name, ap := range autopipeliners(t, c) {
+		require.NoError(t, ap.Set(ctx, up, "v", 0).Err(), name)
+		require.NoError(t, ap.Set(ctx, down, "v", 0).Err(), name)
+	}
+	cl.Masters[0].Kill(t)
+	for name, ap := range autopipeliners(t, c) {
+		var err error
+		for i := 0; i < 10 && !errors.Is(err, ErrNodeUnavailable); i++ {
+			err = ap.Get(ctx, down).Err()
+		}
+		require.ErrorIs(t, err, ErrNodeUnavailable, name)
+		assert.Equal(t, "v", ap.Get(ctx, up).Val(), name)
+	}
+}
+
+// go-redis runs autopipelined batches on a background context, bounded by
+// ReadTimeout rather than the caller's deadline; a blocking command sent
+// through an autopipeliner runs outside the batches with the caller's
+// context, and its deadline ends it with ctx.Err() itself. After Close the
+// autopipeliner, closed with the go-redis client, refuses every command
+// with go-redis's closed error and opens no connection.
+func TestAutoPipelineTranslatesErrors(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const readTimeout = 300 * time.Millisecond
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: readTimeout, NodeFailureThreshold: 100})
+	ctx := testCtx(t, 30*time.Second)
+	aps := autopipeliners(t, c)
+	for name, ap := range aps {
+		require.NoError(t, ap.Set(ctx, "ap:k", "v", 0).Err())
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := ap.BLPop(short, 0, "ap:q").Err()
+		cancel()
+		assert.Equal(t, context.DeadlineExceeded, err, "%s: BLPOP", name)
+	}
+	srv.Pause(t)
+	for name, ap := range aps {
+		start := time.Now()
+		err := ap.Get(ctx, "ap:k").Err()
+		var netErr net.Error
+		require.ErrorAs(t, err, &netErr, name)
+		assert.True(t, netErr.Timeout(), "%s: %v", name, err)
+		assert.Less(t, time.Since(start), 10*readTimeout, "%s: bounded by ReadTimeout", name)
+	}
+	srv.Resume(t)
+
+	require.NoError(t, c.Close())
+	before := srv.Info(t, "stats")["total_connections_received"]
+	for name, ap := range aps {
+		assert.ErrorIs(t, ap.Get(ctx, "ap:k").Err(), redis.ErrClosed, name)
+		assert.ErrorIs(t, ap.BLPop(ctx, time.Second, "ap:q").Err(), redis.ErrClosed, name)
+	}
+	assert.Equal(t, before, srv.Info(t, "stats")["total_connections_received"], "no connection after Close")
+}
+
+// A reply lost after the server ran an RPUSH: the autopipelined batch is not
+// sent again, the caller learns the outcome is unknown, and the item is in
+// the list once. go-redis alone resends the batch and pushes it twice.
+func TestAutoPipelineDoesNotRepeatUnsafeCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy, err := faultproxy.New(srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	ctx := testCtx(t, 20*time.Second)
+	c := newTestClient(t, Config{Addrs: []string{proxy.Addr()}})
+	stock := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = stock.Close() })
+	length := func(key string) int64 {
+		n, err := srv.Admin().LLen(ctx, key).Result()
+		require.NoError(t, err)
+		return n
+	}
+	for _, x := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{{"redisguard", c}, {"go-redis", stock}} {
+		for face, ap := range autopipeliners(t, x.client) {
+			key := "ap:queue:" + x.name + ":" + face
+			require.NoError(t, ap.Ping(ctx).Err())
+			require.NoError(t, proxy.SetMode(faultproxy.LoseOneReply))
+			err := ap.RPush(ctx, key, "item").Err()
+			n := length(key)
+			t.Logf("%s %s after a lost reply: %d item(s), err %v", x.name, face, n, err)
+			if x.name == "redisguard" {
+				assert.ErrorIs(t, err, ErrOutcomeUnknown, face)
+				assert.Equal(t, int64(1), n, "%s: pushed once", face)
+			}
+		}
+	}
+}
+
+// A blocking command sent through an autopipeliner runs on a connection of
+// its own: the batches of the other callers go on while it waits.
+func TestAutoPipelineBlockingCommandDoesNotStallBatches(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		checkBlockingBesideBatches(t, newTestClient(t, Config{Addrs: []string{srv.Addr}}))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+		checkBlockingBesideBatches(t, newTestClient(t, Config{Addrs: cl.Addrs(), Mode: ModeCluster}))
+	})
+}
+
+func checkBlockingBesideBatches(t *testing.T, c *Client) {
+	ctx := testCtx(t, 30*time.Second)
+	const wait = 2 * time.Second
+	for name, ap := range autopipeliners(t, c) {
+		require.NoError(t, ap.Set(ctx, "ap:{k}", "v", 0).Err(), name)
+		blocked := make(chan error, 1)
+		go func() { blocked <- ap.BLPop(ctx, wait, "ap:{q}:"+name).Err() }()
+		require.Eventually(t, func() bool { return c.Stats().LongInUse == 1 }, 5*time.Second, time.Millisecond, "%s: BLPOP under way", name)
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, 64*20)
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					if err := ap.Get(ctx, "ap:{k}").Err(); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		close(errs)
+		for err := range errs {
+			t.Errorf("%s: GET beside the BLPOP: %v", name, err)
+		}
+		t.Logf("%s: 1280 GETs beside a BLPOP took %v", name, took)
+		assert.Less(t, took, wait/2, "%s: the GETs did not wait for the BLPOP", name)
+		select {
+		case err := <-blocked:
+			t.Fatalf("%s: BLPOP returned before its timeout: %v", name, err)
+		default:
+		}
+		assert.Equal(t, redis.Nil, <-blocked, name)
+	}
+}
+
+// TestAutoPipelineRatio measures AutoPipeline GET throughput through
+// redisguard against go-redis's AutoPipeline on a go-redis client with the
+// same options, in the manner of TestHealthyPathRatio (interleaved timed
+// slices, median of the pairwise ratios, a control client for the
+// resolution). It runs only with REDISGUARD_BENCH=1; REDISGUARD_BENCH_QUICK=1
+// cuts it to 11 rounds, to see that it works.
+func TestAutoPipelineRatio(t *testing.T) {
+	if os.Getenv("REDISGUARD_BENCH") != "1" {
+		t.Skip("set REDISGUARD_BENCH=1 (make bench) to measure throughput ratios")
+	}
+	rounds, slice := 201, 25*time.Millisecond
+	if os.Getenv("REDISGUARD_BENCH_QUICK") == "1" {
+		rounds = 11
+	}
+	const callers = 64
+	var rows [][]string
+	for _, target := range benchTargets(t) {
+		get := func(c redis.UniversalClient) func(context.Context, redis.UniversalClient) error {
+			ap, err := c.AutoPipeline()
+			require.NoError(t, err)
+			return func(ctx context.Context, _ redis.UniversalClient) error { return ap.Get(ctx, "bench:key").Err() }
+		}
+		ops := map[string]func(context.Context, redis.UniversalClient) error{
+			"control": get(target.control), "go-redis": get(target.stock), "redisguard": get(target.guarded),
+			"go-redis-defaults": get(target.defaults),
+		}
+		clients := map[string]redis.UniversalClient{
+			"control": target.control, "go-redis": target.stock, "redisguard": target.guarded, "go-redis-defaults": target.defaults,
+		}
+		rate := map[string][]float64{}
+		run := func(name string) float64 {
+			r := timedOps(t, clients[name], ops[name], callers, slice)
+			rate[name] = append(rate[name], r)
+			return r
+		}
+		var ratios, ctlRatios, defRatios []float64
+		for i := range rounds {
+			var ctl, gr, rg float64
+			if i%2 == 0 {
+				ctl, gr, rg = run("control"), run("go-redis"), run("redisguard")
+			} else {
+				rg, gr, ctl = run("redisguard"), run("go-redis"), run("control")
+			}
+			def := run("go-redis-defaults")
+			ratios = append(ratios, rg/gr)
+			ctlRatios = append(ctlRatios, ctl/gr)
+			defRatios = append(defRatios, rg/def)
+		}
+		rows = append(rows, []string{target.name,
+			fmt.Sprintf("%.0f/s", median(rate["go-redis"])), fmt.Sprintf("%.0f/s", median(rate["redisguard"])),
+			fmt.Sprintf("%.3f", median(ratios)), fmt.Sprintf("%.3f-%.3f", slices.Min(ratios), slices.Max(ratios)),
+			fmt.Sprintf("%.3f", median(ctlRatios)),
+			fmt.Sprintf("%.0f/s", median(rate["go-redis-defaults"])), fmt.Sprintf("%.3f", median(defRatios))})
+		if median(ratios) < 0.95 {
+			t.Errorf("%s: AutoPipeline GET median throughput ratio %.3f < 0.95", target.name, median(ratios))
+		}
+	}
+	table(t, fmt.Sprintf("AutoPipeline GET: %d rounds of %v timed runs, %d callers (GOMAXPROCS %d); ratio = redisguard/go-redis throughput",
+		rounds, slice, callers, runtime.GOMAXPROCS(0)),
+		[]string{"topology", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
+}
