@@ -10,10 +10,11 @@ test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # Benchmarks of both clients side by side (they skip without redis-server),
-# then the interleaved healthy-path ratio check against go-redis alone.
+# then the interleaved healthy-path and AutoPipeline ratio checks against
+# go-redis alone.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^TestHealthyPathRatio$$' .
+	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestAutoPipelineRatio)$$' .
 
 # The fault scenarios at full length, without -race, with the issues' strict
 # targets; the README's figures come from here.

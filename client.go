@@ -124,8 +124,9 @@ func (c *Client) Mode() Mode { return c.cfg.Mode }
 // Close closes the client. It is terminal, idempotent and safe to call from
 // many goroutines. Calls in flight, blocking ones included, are cut short
 // because their connections are closed; every later call, including those on
-// retained Pipelines, Txs and PubSubs, fails with ErrClosed (or, for a
-// PubSub, with go-redis's closed error) and opens no socket.
+// retained Pipelines, Txs, PubSubs and AutoPipeliners, fails with ErrClosed
+// (or, for a PubSub or an AutoPipeliner, with go-redis's closed error) and
+// opens no socket.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
