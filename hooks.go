@@ -32,9 +32,9 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 // fn is called now with each go-redis client the Client runs for the
 // user's commands (the ordinary client, and the long client once a blocking
 // call has built it), and later with every such client the Client builds:
-// the long client and each blocking call's dedicated connection. It returns
-// fn's first error; if fn fails on the ordinary client, fn is not kept. A
-// later client fn fails on is used as it is, and the failure logged.
+// the long client and the clients of blocking calls' dedicated connections.
+// It returns fn's first error; if fn fails on the ordinary client, fn is not
+// kept. A later client fn fails on is used as it is, and the failure logged.
 //
 // The clients fn sees are go-redis's own (*redis.Client, or
 // *redis.ClusterClient in Cluster mode, whose extensions hook node clients
@@ -46,9 +46,11 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 // questions to sentinels) are not given to fn: they carry no user command,
 // and tracing every probe of a node that is down would flood the traces.
 //
-// fn runs once per dedicated connection, each a go-redis client of its own:
-// an extension that keeps state per client (redisotel's InstrumentMetrics
-// registers a pool-statistics callback) keeps it for each.
+// Each dedicated connection runs on a go-redis client of its own, kept
+// after the connection closes for the next one to the same node: an
+// extension that keeps state per client (redisotel's InstrumentMetrics
+// registers a pool-statistics callback) keeps it for at most as many
+// clients per node as there were blocking calls on it at once.
 func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 	if fn == nil {
 		return invalid("Instrument", "needs a function")

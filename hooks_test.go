@@ -166,6 +166,10 @@ func TestAddHookSeesEveryCommand(t *testing.T) {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 		checkAddHook(t, newTestClient(t, Config{Addrs: cl.Addrs(), Mode: ModeCluster}))
 	})
+	t.Run("sentinel", func(t *testing.T) {
+		g := redistest.StartSentinel(t)
+		checkAddHook(t, newTestClient(t, Config{Mode: ModeSentinel, MasterName: g.MasterName, Addrs: g.Addrs()}))
+	})
 }
 
 func checkAddHook(t *testing.T, c *Client) {
@@ -276,4 +280,33 @@ func checkInstrument(t *testing.T, c *Client) {
 	assert.ErrorIs(t, c.Instrument(nil), ErrInvalidConfig)
 	require.NoError(t, c.Close())
 	assert.ErrorIs(t, c.Instrument(instrumentAll(rec)), ErrClosed)
+}
+
+// Cancelled blocking calls discard their connections, but not the go-redis
+// clients under them: an extension that keeps state per client (a metrics
+// callback) is given one client per concurrent dedicated connection, not
+// one per call.
+func TestInstrumentRunsOncePerDedicatedClient(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	var mu sync.Mutex
+	given := 0
+	require.NoError(t, c.Instrument(func(redis.UniversalClient) error {
+		mu.Lock()
+		given++
+		mu.Unlock()
+		return nil
+	}))
+	for range 10 {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		require.ErrorIs(t, c.BLPop(short, 0, "shell:q").Err(), context.DeadlineExceeded)
+		cancel()
+		list, err := srv.Admin().ClientList(ctx).Result()
+		require.NoError(t, err)
+		assert.NotContains(t, list, "cmd=blpop", "the cancelled call's connection is closed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 3, given, "the ordinary client, the long client and one dedicated client")
 }
