@@ -36,6 +36,10 @@
 //     (divergence.go): converging, ErrClusterFailover or ErrSlotMapCorruption.
 //   - Healthy, Check and the HTTP handlers (health.go) test the operation the
 //     service depends on, a write, in one round trip.
+//   - The user's own hooks (Client.AddHook) sit outside all of these and see
+//     every command once; go-redis extensions such as redisotel reach every
+//     client redisguard runs through Client.Instrument (hooks.go). build.go
+//     builds each go-redis client and holds the hook order.
 //
 // What the guard decides is observable three ways (events.go, stats.go).
 // Every decision worth an operator's attention (a breaker opening, going
@@ -48,7 +52,7 @@
 // snapshot (per-node breaker state and counters, budgets, refresh and
 // divergence counts) that is cheap enough to read on every metrics scrape.
 // Exporters live outside the core module; examples/prometheus shows one for
-// client_golang.
+// client_golang, examples/otel one for OpenTelemetry.
 //
 // A healthy Client runs no background loops. The goroutines it starts are
 // owned and stopped by Close: one prober per node whose breaker is open,
