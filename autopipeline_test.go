@@ -288,3 +288,58 @@ func TestAutoPipelineRatio(t *testing.T) {
 		rounds, slice, callers, runtime.GOMAXPROCS(0)),
 		[]string{"topology", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
 }
+
+// TestScenarioAutoPipelinePausedServerDefaults is the paused-server case with
+// the default Config and go-redis's AutoPipeline with its defaults beside
+// it: 16 callers keep sending GETs; it reports how long until redisguard's
+// breaker answers for the node, and each client's GET latency once it has.
+// It waits out several default read timeouts, so it runs with
+// REDISGUARD_SCENARIO=full (make scenarios).
+func TestScenarioAutoPipelinePausedServerDefaults(t *testing.T) {
+	if !scenarioFull() {
+		t.Skip("REDISGUARD_SCENARIO=full: waits out the default read timeouts")
+	}
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	stock := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = stock.Close() })
+	ctx := testCtx(t, 2*time.Minute)
+	guarded, err := c.AutoPipeline()
+	require.NoError(t, err)
+	alone, err := stock.AutoPipeline()
+	require.NoError(t, err)
+	require.NoError(t, guarded.Set(ctx, "ap:k", "v", 0).Err())
+	require.NoError(t, alone.Get(ctx, "ap:k").Err())
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+
+	start := time.Now()
+	opened := make(chan time.Duration, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if errors.Is(guarded.Get(ctx, "ap:k").Err(), ErrNodeUnavailable) {
+					opened <- time.Since(start)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(opened)
+	first := <-opened
+	begin := time.Now()
+	err = guarded.Get(ctx, "ap:k").Err()
+	guardedTook := time.Since(begin)
+	require.ErrorIs(t, err, ErrNodeUnavailable)
+	begin = time.Now()
+	aloneErr := alone.Get(ctx, "ap:k").Err()
+	aloneTook := time.Since(begin)
+	t.Logf("default Config, paused server: breaker answered after %v; then a GET takes %v through redisguard, %v through go-redis alone (%v)",
+		first, guardedTook, aloneTook, aloneErr)
+	assert.Less(t, guardedTook, time.Second/10)
+	assert.Less(t, first, 30*time.Second, "the breaker opens within a few default read timeouts")
+}
