@@ -17,6 +17,7 @@ import (
 // The hooks every go-redis client of a Client carries, outermost first:
 //
 //	hook                 Standalone   Sentinel          Cluster
+//	stepCountHook        -            -                 cluster client (cmdinfo.go)
 //	facadeHook           client       client            cluster client (ordinary only)
 //	subscriptionBudget   client       client            each node client
 //	divergenceHook       -            -                 cluster client
@@ -59,7 +60,9 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long 
 			cl.AddHook(nodes.guard(opt.Addr))
 			return cl
 		}
-		return redis.NewClusterClient(co)
+		cc := redis.NewClusterClient(co)
+		cc.AddHook(stepCountHook{cc})
+		return cc
 	default:
 		opt := uo.Simple()
 		cl := redis.NewClient(opt)
