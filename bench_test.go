@@ -288,7 +288,7 @@ func TestGetAllocatesNoMoreThanGoRedis(t *testing.T) {
 // are composed as build installs them in Standalone mode and end in a no-op
 // where go-redis would write to the socket.
 func BenchmarkHookPath(b *testing.B) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close() })
 	guard := c.nodes.guard("127.0.0.1:1")
