@@ -31,6 +31,9 @@ import (
 func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long bool) redis.UniversalClient {
 	cfg := k.cfg
 	uo := k.options(poolSize)
+	if long {
+		longOnly(uo)
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
@@ -106,6 +109,9 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 // options is the one UniversalOptions every client is built from, converted
 // by go-redis itself for each mode, so that the option structs of the
 // ordinary, long and probe clients cannot disagree about a field.
+//
+// The go-redis fields of Config pass through unchanged; docs/options.md
+// lists them and the ones set here that Config cannot change.
 func (c *core) options(poolSize int) *redis.UniversalOptions {
 	cfg := c.cfg
 	return &redis.UniversalOptions{
@@ -125,6 +131,38 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		PoolSize:         poolSize,
 		PoolTimeout:      cfg.PoolTimeout,
 		MaxRedirects:     cfg.MaxRedirects,
+
+		Protocol:                     cfg.Protocol,
+		Dialer:                       cfg.Dialer,
+		OnConnect:                    cfg.OnConnect,
+		CredentialsProvider:          cfg.CredentialsProvider,
+		CredentialsProviderContext:   cfg.CredentialsProviderContext,
+		StreamingCredentialsProvider: cfg.StreamingCredentialsProvider,
+		PoolFIFO:                     cfg.PoolFIFO,
+		MinIdleConns:                 cfg.MinIdleConns,
+		MaxIdleConns:                 cfg.MaxIdleConns,
+		MaxActiveConns:               cfg.MaxActiveConns,
+		MaxConcurrentDials:           cfg.MaxConcurrentDials,
+		ConnMaxIdleTime:              cfg.ConnMaxIdleTime,
+		ConnMaxLifetime:              cfg.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:        cfg.ConnMaxLifetimeJitter,
+		ReadBufferSize:               cfg.ReadBufferSize,
+		WriteBufferSize:              cfg.WriteBufferSize,
+		DisableIdentity:              cfg.DisableIdentity,
+		DisableIndentity:             cfg.DisableIndentity,
+		IdentitySuffix:               cfg.IdentitySuffix,
+		UnstableResp3:                cfg.UnstableResp3,
+		FailingTimeoutSeconds:        cfg.FailingTimeoutSeconds,
+		PushNotificationProcessor:    cfg.PushNotificationProcessor,
+		AutoPipelineOptions:          cfg.AutoPipelineOptions,
+
+		ClientSideCacheConfig:                  cfg.ClientSideCacheConfig,
+		ClientSideCache:                        cfg.ClientSideCache,
+		ClientSideCacheStrategy:                cfg.ClientSideCacheStrategy,
+		ClientSideCacheRefreshOnInvalidate:     cfg.ClientSideCacheRefreshOnInvalidate,
+		ClientSideCacheCoalesceMisses:          cfg.ClientSideCacheCoalesceMisses,
+		ClientSideCacheInvalidationBatchWindow: cfg.ClientSideCacheInvalidationBatchWindow,
+
 		// No go-redis retries: it would retry read and pool timeouts too.
 		// nodeGuard retries a reset connection once instead (Standalone and
 		// Sentinel); the cluster client's loop retries a node once by itself.
@@ -135,14 +173,39 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 	}
 }
 
-// sentinelOptions is the handshake with the sentinels themselves.
+// longOnly drops from the long client's options what only ordinary traffic
+// wants: idle connections kept warm (the long client answers rare calls), a
+// connection cap below its pool size (its permits are its budget), and the
+// client-side cache (long operations are no cacheable reads).
+func longOnly(uo *redis.UniversalOptions) {
+	uo.MinIdleConns, uo.MaxActiveConns = 0, 0
+	uo.ClientSideCacheConfig, uo.ClientSideCache = nil, nil
+	uo.ClientSideCacheRefreshOnInvalidate, uo.ClientSideCacheCoalesceMisses = false, false
+	uo.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// withoutCache turns the client-side cache off in opt, for a client that
+// serves no cacheable reads: a cache there would only track keys for nothing.
+func withoutCache(opt *redis.Options) {
+	opt.ClientSideCacheConfig, opt.ClientSideCache = nil, nil
+	opt.ClientSideCacheRefreshOnInvalidate, opt.ClientSideCacheCoalesceMisses = false, false
+	opt.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// sentinelOptions is the handshake with the sentinels themselves, as
+// go-redis's sentinel client makes it: sentinel credentials, the same
+// dialer, TLS and identity. OnConnect, written for data nodes, does not run
+// on sentinel connections.
 func (c *core) sentinelOptions() *redis.Options {
 	return &redis.Options{
-		Username:    c.cfg.SentinelUsername,
-		Password:    c.cfg.SentinelPassword,
-		ClientName:  c.cfg.ClientName,
-		TLSConfig:   c.cfg.TLSConfig,
-		DialTimeout: c.cfg.DialTimeout,
+		Username:        c.cfg.SentinelUsername,
+		Password:        c.cfg.SentinelPassword,
+		ClientName:      c.cfg.ClientName,
+		TLSConfig:       c.cfg.TLSConfig,
+		DialTimeout:     c.cfg.DialTimeout,
+		Dialer:          c.cfg.Dialer,
+		DisableIdentity: c.cfg.DisableIdentity || c.cfg.DisableIndentity,
+		IdentitySuffix:  c.cfg.IdentitySuffix,
 	}
 }
 

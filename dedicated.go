@@ -106,6 +106,7 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
 	opt := *node.Options()
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
+	withoutCache(&opt) // blocking calls are no cacheable reads; OnConnect does run
 	opt.PipelinePoolSize = noPipelinePool
 	opt.MaxRetries = -1             // Options were resolved once already: 0 would now mean three
 	opt.ReadTimeout = noReadTimeout // the socket caps every read instead

@@ -171,6 +171,11 @@ func probeAddr(ctx context.Context, base *redis.Options, addr string, wait time.
 	// redial loop once a pool's failed dials reach its size, and a probe's
 	// single failed dial must not.
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 2, 0, 0, 0
+	// It authenticates as a node client does (credentials and their
+	// providers, TLS, dialer, protocol), but carries no command of the
+	// caller's: no OnConnect, no client-side cache.
+	opt.OnConnect = nil
+	withoutCache(&opt)
 	opt.MaxRetries, opt.DialerRetries = -1, 1
 	opt.DialTimeout = min(opt.DialTimeout, wait)
 	opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = wait, wait, wait
