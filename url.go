@@ -484,4 +484,3 @@ func overlapsAny(s string, secrets []string) bool {
 	}
 	return false
 }
-
