@@ -1,0 +1,232 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+// ownedOptions are the redis.UniversalOptions fields whose value
+// redisguard sets itself (docs/options.md says why); Config has them so that
+// go-redis options compile, and accepts only values that agree.
+var ownedOptions = []string{
+	"MaxRetries", "MinRetryBackoff", "MaxRetryBackoff", "ContextTimeoutEnabled", "DialerRetries",
+	"DialerRetryTimeout", "PipelinePoolSize", "PipelineReadBufferSize", "PipelineWriteBufferSize",
+	"MaintNotificationsConfig", "PoolSize",
+}
+
+// coveredOptions are the redis.UniversalOptions fields Config has under
+// another name.
+var coveredOptions = map[string]string{
+	"IsClusterMode":           "Mode",
+	"ReadOnly":                "read_from",
+	"RouteByLatency":          "read_from",
+	"RouteByLatencyTolerance": "read_from",
+	"RouteRandomly":           "read_from",
+}
+
+// Config carries every redis.UniversalOptions field with go-redis's name
+// and type, or covers it with one of its own; and core.options hands each
+// field redisguard does not own to go-redis unchanged.
+func TestConfigCarriesEveryUniversalOption(t *testing.T) {
+	ct := reflect.TypeOf(Config{})
+	ut := reflect.TypeOf(redis.UniversalOptions{})
+	var cfg Config
+	cv := reflect.ValueOf(&cfg).Elem()
+	var passed []string
+	for i := 0; i < ut.NumField(); i++ {
+		uf := ut.Field(i)
+		if by, ok := coveredOptions[uf.Name]; ok {
+			t.Logf("%s is covered by %s", uf.Name, by)
+			continue
+		}
+		cf, ok := ct.FieldByName(uf.Name)
+		if !assert.True(t, ok, "Config has no %s", uf.Name) {
+			continue
+		}
+		assert.Equal(t, uf.Type, cf.Type, "Config.%s has another type than go-redis's", uf.Name)
+		if contains(ownedOptions, uf.Name) {
+			continue
+		}
+		if v, ok := sampleValue(cf.Type); ok {
+			cv.FieldByIndex(cf.Index).Set(v)
+			passed = append(passed, uf.Name)
+		}
+	}
+	uo := reflect.ValueOf(newCore(cfg, clock.Real()).options(4)).Elem()
+	for _, name := range passed {
+		want := cv.FieldByName(name)
+		got := uo.FieldByName(name)
+		if want.Kind() == reflect.Func {
+			assert.False(t, got.IsNil(), "options() drops %s", name)
+			continue
+		}
+		assert.Equal(t, want.Interface(), got.Interface(), "options() does not pass %s through", name)
+	}
+	assert.Greater(t, len(passed), 30, "fields checked for pass-through")
+}
+
+// sampleValue is a non-zero value of t, for the kinds Config's go-redis
+// fields have; false for an interface, which has no value to make.
+func sampleValue(t reflect.Type) (reflect.Value, bool) {
+	v := reflect.New(t).Elem()
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(t, 1, 1))
+	case reflect.Pointer:
+		v.Set(reflect.New(t.Elem()))
+	case reflect.Func:
+		v.Set(reflect.MakeFunc(t, func([]reflect.Value) []reflect.Value { return nil }))
+	default:
+		return v, false
+	}
+	return v, true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type fakeCache struct{ redis.Cache }
+
+func TestGoRedisOptionsValidation(t *testing.T) {
+	const secret = "s3cret-password"
+	creds := func() (string, string) { return "u", secret }
+	csc := &redis.ClientSideCacheConfig{MaxEntries: 10}
+	one := []string{"a:1"}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string // "" when the Config is valid
+	}{
+		{"Protocol 2", Config{Addrs: one, Protocol: 2}, ""},
+		{"Protocol 4", Config{Addrs: one, Protocol: 4}, "Protocol"},
+		{"PoolSize alone is MaxConnections", Config{Addrs: one, PoolSize: 12}, ""},
+		{"PoolSize equal to MaxConnections", Config{Addrs: one, PoolSize: 12, MaxConnections: 12}, ""},
+		{"PoolSize against MaxConnections", Config{Addrs: one, PoolSize: 12, MaxConnections: 8}, "PoolSize"},
+		{"PoolSize past the limit", Config{Addrs: one, PoolSize: maxConnections + 1}, "PoolSize"},
+		{"negative PoolSize", Config{Addrs: one, PoolSize: -1}, "PoolSize"},
+		{"MinIdleConns within the pool", Config{Addrs: one, MaxConnections: 4, MinIdleConns: 4}, ""},
+		{"MinIdleConns beyond the pool", Config{Addrs: one, MaxConnections: 4, MinIdleConns: 5}, "MinIdleConns"},
+		{"negative MaxIdleConns", Config{Addrs: one, MaxIdleConns: -1}, "MaxIdleConns"},
+		{"MaxActiveConns at the pool", Config{Addrs: one, MaxConnections: 4, MaxActiveConns: 4}, ""},
+		{"MaxActiveConns below the pool", Config{Addrs: one, MaxConnections: 4, MaxActiveConns: 3}, "MaxActiveConns"},
+		{"negative MaxConcurrentDials", Config{Addrs: one, MaxConcurrentDials: -1}, "MaxConcurrentDials"},
+		{"ConnMaxIdleTime never", Config{Addrs: one, ConnMaxIdleTime: -1}, ""},
+		{"negative ConnMaxLifetimeJitter", Config{Addrs: one, ConnMaxLifetimeJitter: -time.Second}, "ConnMaxLifetimeJitter"},
+		{"negative ReadBufferSize", Config{Addrs: one, ReadBufferSize: -1}, "ReadBufferSize"},
+		{"negative WriteBufferSize", Config{Addrs: one, WriteBufferSize: -1}, "WriteBufferSize"},
+		{"negative FailingTimeoutSeconds", Config{Addrs: one, FailingTimeoutSeconds: -1}, "FailingTimeoutSeconds"},
+
+		{"MaxRetries -1", Config{Addrs: one, MaxRetries: -1}, ""},
+		{"MaxRetries 3", Config{Addrs: one, MaxRetries: 3}, "MaxRetries"},
+		{"MaxRetries -2", Config{Addrs: one, MaxRetries: -2}, "MaxRetries"},
+		{"no retry back-off", Config{Addrs: one, MinRetryBackoff: -1, MaxRetryBackoff: -1}, ""},
+		{"MinRetryBackoff", Config{Addrs: one, MinRetryBackoff: 8 * time.Millisecond}, "MinRetryBackoff"},
+		{"MaxRetryBackoff", Config{Addrs: one, MaxRetryBackoff: time.Second}, "MaxRetryBackoff"},
+		{"ContextTimeoutEnabled", Config{Addrs: one, ContextTimeoutEnabled: true}, ""},
+		{"DialerRetries 1", Config{Addrs: one, DialerRetries: 1}, ""},
+		{"DialerRetries 5", Config{Addrs: one, DialerRetries: 5}, "DialerRetries"},
+		{"negative DialerRetries", Config{Addrs: one, DialerRetries: -1}, "DialerRetries"},
+		{"DialerRetryTimeout", Config{Addrs: one, DialerRetryTimeout: 100 * time.Millisecond}, "DialerRetryTimeout"},
+		{"PipelinePoolSize opt-out", Config{Addrs: one, PipelinePoolSize: -1}, ""},
+		{"PipelinePoolSize", Config{Addrs: one, PipelinePoolSize: 10}, "PipelinePoolSize"},
+		{"PipelineReadBufferSize", Config{Addrs: one, PipelineReadBufferSize: 1 << 17}, "PipelineReadBufferSize"},
+		{"PipelineWriteBufferSize", Config{Addrs: one, PipelineWriteBufferSize: 1 << 17}, "PipelineWriteBufferSize"},
+		{"maintenance notifications disabled", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}}, ""},
+		{"maintenance notifications auto", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto}}, "MaintNotificationsConfig"},
+
+		{"cache on one server", Config{Addrs: one, ClientSideCacheConfig: csc, ClientSideCacheCoalesceMisses: true}, ""},
+		{"explicit cache", Config{Addrs: one, ClientSideCache: fakeCache{}}, ""},
+		{"cache with fixed credentials", Config{Addrs: one, ClientSideCacheConfig: csc, Username: "u", Password: secret}, ""},
+		{"cache in Cluster mode", Config{Addrs: []string{"a:1", "b:2"}, ClientSideCacheConfig: csc}, "ClientSideCacheConfig"},
+		{"cache in Sentinel mode", Config{Addrs: one, MasterName: "m", ClientSideCacheConfig: csc}, "ClientSideCacheConfig"},
+		{"cache on RESP2", Config{Addrs: one, Protocol: 2, ClientSideCacheConfig: csc}, "ClientSideCacheConfig"},
+		{"cache on another database", Config{Addrs: one, DB: 1, ClientSideCacheConfig: csc}, "ClientSideCacheConfig"},
+		{"cache with a credentials provider", Config{Addrs: one, CredentialsProvider: creds, ClientSideCache: fakeCache{}}, "ClientSideCacheConfig"},
+		{"cache with a push processor", Config{Addrs: one, ClientSideCacheConfig: csc, PushNotificationProcessor: push.NewVoidProcessor()}, "ClientSideCacheConfig"},
+		{"unknown cache strategy", Config{Addrs: one, ClientSideCacheConfig: csc, ClientSideCacheStrategy: 3}, "ClientSideCacheStrategy"},
+		{"cache knob without a cache", Config{Addrs: one, ClientSideCacheRefreshOnInvalidate: true}, "ClientSideCacheRefreshOnInvalidate"},
+		{"cache window without a cache", Config{Addrs: one, ClientSideCacheInvalidationBatchWindow: time.Millisecond}, "ClientSideCacheInvalidationBatchWindow"},
+		{"negative cache window", Config{Addrs: one, ClientSideCacheConfig: csc, ClientSideCacheInvalidationBatchWindow: -1}, "ClientSideCacheInvalidationBatchWindow"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Mode = ModeStandalone
+			if len(tt.cfg.Addrs) > 1 {
+				tt.cfg.Mode = ModeCluster
+			}
+			if tt.cfg.MasterName != "" {
+				tt.cfg.Mode = ModeSentinel
+			}
+			_, err := tt.cfg.resolve()
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrInvalidConfig), "%q does not wrap ErrInvalidConfig", err)
+			assert.Contains(t, err.Error(), tt.field)
+			assert.NotContains(t, err.Error(), secret)
+		})
+	}
+}
+
+// PoolSize, go-redis's name for MaxConnections, sizes the pools when
+// MaxConnections is not set.
+func TestPoolSizeIsMaxConnections(t *testing.T) {
+	cfg, err := Config{Addrs: []string{"a:1"}, PoolSize: 12}.resolve()
+	require.NoError(t, err)
+	assert.Equal(t, 12, cfg.MaxConnections)
+	assert.Equal(t, 12, cfg.MaxLongConnections)
+}
+
+// A server that ModeAuto finds to be a cluster node cannot take a
+// client-side cache, which go-redis v9.23 keeps only on single servers.
+func TestDetectedClusterRefusesTheCache(t *testing.T) {
+	cfg := Config{Addrs: []string{"a:1"}, ClientSideCacheConfig: &redis.ClientSideCacheConfig{}}
+	err := applyDetected(&cfg, ModeCluster)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "ClientSideCacheConfig")
+	require.NoError(t, applyDetected(&Config{Addrs: []string{"a:1"}, ClientSideCacheConfig: &redis.ClientSideCacheConfig{}}, ModeStandalone))
+}
+
+// The long client and the one-off clients keep no idle connections and no
+// cache; probes keep the credentials but not OnConnect, and dedicated
+// connections keep OnConnect.
+func TestOneOffClientsDropPoolWarming(t *testing.T) {
+	onConnect := func(context.Context, *redis.Conn) error { return nil }
+	creds := func() (string, string) { return "u", "p" }
+	cfg := Config{Addrs: []string{"a:1"}, MinIdleConns: 3, MaxActiveConns: 100, OnConnect: onConnect, CredentialsProvider: creds,
+		ClientSideCacheConfig: &redis.ClientSideCacheConfig{}, ClientSideCacheCoalesceMisses: true}
+	uo := newCore(cfg, clock.Real()).options(10)
+	assert.Equal(t, 3, uo.MinIdleConns)
+	longOnly(uo)
+	assert.Zero(t, uo.MinIdleConns)
+	assert.Zero(t, uo.MaxActiveConns)
+	assert.Nil(t, uo.ClientSideCacheConfig)
+	assert.False(t, uo.ClientSideCacheCoalesceMisses)
+	assert.NotNil(t, uo.OnConnect, "long calls carry the caller's commands")
+	assert.NotNil(t, uo.CredentialsProvider)
+}
