@@ -3,7 +3,10 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/redistest"
 )
 
 // ownedOptions are the redis.UniversalOptions fields whose value
@@ -229,4 +233,129 @@ func TestOneOffClientsDropPoolWarming(t *testing.T) {
 	assert.False(t, uo.ClientSideCacheCoalesceMisses)
 	assert.NotNil(t, uo.OnConnect, "long calls carry the caller's commands")
 	assert.NotNil(t, uo.CredentialsProvider)
+}
+
+// clientLines returns the CLIENT LIST lines of srv's connections but the
+// one asking.
+func clientLines(t *testing.T, srv *redistest.Server) []string {
+	t.Helper()
+	list, err := srv.Admin().ClientList(testCtx(t, 5*time.Second)).Result()
+	require.NoError(t, err)
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if !strings.Contains(line, " cmd=client|list ") {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// go-redis's connection options reach the server: CLIENT LIST shows the
+// idle connections MinIdleConns keeps (and no others: the long client and
+// probes keep none), and on the connections commands used, the name and
+// the protocol. OnConnect runs on ordinary and dedicated connections but
+// not on a probe's.
+func TestGoRedisOptionsTakeEffect(t *testing.T) {
+	for _, protocol := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			name := fmt.Sprintf("rg-options-%d", protocol)
+			var connects atomic.Int64
+			c := newTestClient(t, Config{Addrs: []string{srv.Addr}, Protocol: protocol, ClientName: name, MinIdleConns: 3,
+				OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+					connects.Add(1)
+					return cn.Ping(ctx).Err()
+				}})
+			// go-redis dials the idle connections in the background and
+			// hands them their handshake when first used.
+			redistest.WaitFor(t, 5*time.Second, "three idle connections", func() error {
+				if n := len(clientLines(t, srv)); n != 3 {
+					return fmt.Errorf("%d connections", n)
+				}
+				return nil
+			})
+
+			ctx := testCtx(t, 5*time.Second)
+			require.NoError(t, c.Set(ctx, "options:k", "v", 0).Err())
+			require.NoError(t, c.Get(ctx, "options:k").Err())
+			var named int
+			for _, line := range clientLines(t, srv) {
+				if strings.Contains(line, " name="+name+" ") {
+					named++
+					assert.Contains(t, line, fmt.Sprintf(" resp=%d", protocol))
+				}
+			}
+			assert.Positive(t, named, "a connection named %s", name)
+			assert.Equal(t, int64(named), connects.Load(), "OnConnect ran once per connection set up")
+
+			// A blocking call runs on a dedicated connection, which carries
+			// the caller's command: OnConnect runs there too.
+			before := connects.Load()
+			require.ErrorIs(t, c.BLPop(ctx, 50*time.Millisecond, "options:empty").Err(), redis.Nil)
+			assert.Greater(t, connects.Load(), before, "OnConnect runs on the dedicated connection")
+
+			// A probe dials and asks, and carries no command of the caller's.
+			before = connects.Load()
+			_, err := probeAddr(ctx, c.probeOpt, srv.Addr, time.Second, "ping")
+			require.NoError(t, err)
+			assert.Equal(t, before, connects.Load(), "OnConnect does not run for probes")
+		})
+	}
+}
+
+// A requirepass server accepts a CredentialsProvider, on ordinary
+// connections and on the recovery probe: a node whose breaker opened
+// recovers through probes that take their credentials from the provider.
+func TestCredentialsProviderAuthenticatesClientsAndProbes(t *testing.T) {
+	const pw = "rotating-token-1"
+	srv := redistest.StartServer(t)
+	require.NoError(t, srv.Admin().ConfigSet(testCtx(t, 5*time.Second), "requirepass", pw).Err())
+
+	providers := map[string]func(calls *atomic.Int64) Config{
+		"CredentialsProvider": func(calls *atomic.Int64) Config {
+			return Config{CredentialsProvider: func() (string, string) { calls.Add(1); return "default", pw }}
+		},
+		"CredentialsProviderContext": func(calls *atomic.Int64) Config {
+			return Config{CredentialsProviderContext: func(context.Context) (string, string, error) { calls.Add(1); return "default", pw, nil }}
+		},
+	}
+	for name, base := range providers {
+		t.Run(name, func(t *testing.T) {
+			var calls, atOpen, atHalfOpen atomic.Int64
+			cfg := base(&calls)
+			cfg.Addrs = []string{srv.Addr}
+			cfg.ReadTimeout = 200 * time.Millisecond
+			cfg.NodeFailureThreshold = 2
+			cfg.OnEvent = func(e Event) {
+				switch e.Kind {
+				case EventBreakerOpened:
+					atOpen.Store(calls.Load())
+				case EventBreakerHalfOpen:
+					atHalfOpen.Store(calls.Load())
+				}
+			}
+			c := newTestClient(t, cfg)
+			ctx := testCtx(t, 30*time.Second)
+			require.NoError(t, c.Set(ctx, "cred:k", "v", 0).Err())
+			assert.Positive(t, calls.Load(), "the provider gave the connection its credentials")
+
+			// The probe's handshake is the node clients': with the provider's
+			// password a PING is answered with PONG, not NOAUTH.
+			_, err := probeAddr(ctx, c.probeOpt, srv.Addr, time.Second, "ping")
+			require.NoError(t, err)
+
+			srv.Pause(t)
+			redistest.WaitFor(t, 10*time.Second, "the breaker to open", func() error {
+				err := c.Get(ctx, "cred:k").Err()
+				if !errors.Is(err, ErrNodeUnavailable) {
+					return fmt.Errorf("GET: %v", err)
+				}
+				return nil
+			})
+			srv.Resume(t)
+			redistest.WaitFor(t, 15*time.Second, "recovery", func() error { return c.Get(ctx, "cred:k").Err() })
+			// Between the opening and the half-open state only probes dial.
+			assert.Greater(t, atHalfOpen.Load(), atOpen.Load(), "the probes asked the provider for credentials")
+		})
+	}
 }
