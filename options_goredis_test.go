@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -260,11 +261,16 @@ func TestGoRedisOptionsTakeEffect(t *testing.T) {
 		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			name := fmt.Sprintf("rg-options-%d", protocol)
-			var connects atomic.Int64
+			var connects, dials atomic.Int64
 			c := newTestClient(t, Config{Addrs: []string{srv.Addr}, Protocol: protocol, ClientName: name, MinIdleConns: 3,
 				OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 					connects.Add(1)
 					return cn.Ping(ctx).Err()
+				},
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					dials.Add(1)
+					var d net.Dialer
+					return d.DialContext(ctx, network, addr)
 				}})
 			// go-redis dials the idle connections in the background and
 			// hands them their handshake when first used.
@@ -294,11 +300,13 @@ func TestGoRedisOptionsTakeEffect(t *testing.T) {
 			require.ErrorIs(t, c.BLPop(ctx, 50*time.Millisecond, "options:empty").Err(), redis.Nil)
 			assert.Greater(t, connects.Load(), before, "OnConnect runs on the dedicated connection")
 
-			// A probe dials and asks, and carries no command of the caller's.
-			before = connects.Load()
+			// A probe dials as the node clients do, and carries no command
+			// of the caller's.
+			before, beforeDials := connects.Load(), dials.Load()
 			_, err := probeAddr(ctx, c.probeOpt, srv.Addr, time.Second, "ping")
 			require.NoError(t, err)
 			assert.Equal(t, before, connects.Load(), "OnConnect does not run for probes")
+			assert.Equal(t, beforeDials+1, dials.Load(), "the probe dials through Dialer")
 		})
 	}
 }
@@ -358,4 +366,64 @@ func TestCredentialsProviderAuthenticatesClientsAndProbes(t *testing.T) {
 			assert.Greater(t, atHalfOpen.Load(), atOpen.Load(), "the probes asked the provider for credentials")
 		})
 	}
+}
+
+// go-redis's client-side cache works through redisguard: repeated reads are
+// served locally, a value another client changes is not served stale, and
+// a restarted server leaves no stale entry behind.
+func TestClientSideCacheStaysFresh(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ClientSideCacheConfig: &redis.ClientSideCacheConfig{MaxEntries: 1000}})
+	require.Equal(t, ModeStandalone, c.Mode())
+	other := srv.Admin()
+	ctx := testCtx(t, 30*time.Second)
+	const key = "csc:k"
+
+	// readsFresh reads key through c until it holds want, and reports how
+	// long that took; the value must never go back to an older one.
+	readsFresh := func(want string, stale ...string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		redistest.WaitFor(t, 5*time.Second, "a fresh "+key, func() error {
+			got, err := c.Get(ctx, key).Result()
+			for _, s := range stale {
+				require.NotEqual(t, s, got, "a stale value after a fresh one")
+			}
+			if err != nil || got != want {
+				return fmt.Errorf("GET = %q, %v; want %q", got, err, want)
+			}
+			return nil
+		})
+		return time.Since(start)
+	}
+
+	require.NoError(t, c.Set(ctx, key, "v1", 0).Err())
+	require.Equal(t, "v1", c.Get(ctx, key).Val())
+	before := commandStat(t, srv, "get")
+	for i := 0; i < 20; i++ {
+		require.Equal(t, "v1", c.Get(ctx, key).Val())
+	}
+	assert.Less(t, commandStat(t, srv, "get")-before, 5, "repeated reads are served by the cache")
+
+	require.NoError(t, other.Set(ctx, key, "v2", 0).Err())
+	took := readsFresh("v2")
+	t.Logf("another client's write seen after %v", took)
+	assert.Less(t, took, 2*time.Second, "the invalidation arrives within the drain interval, not a timeout")
+	// Once fresh, it stays fresh: the old value never comes back.
+	for i := 0; i < 20; i++ {
+		require.Equal(t, "v2", c.Get(ctx, key).Val())
+	}
+
+	// A restart loses the data and the tracking; the cached v2 must not
+	// outlive it.
+	srv.Restart(t)
+	require.NoError(t, other.Set(ctx, key, "v3", 0).Err())
+	var first string
+	redistest.WaitFor(t, 10*time.Second, "a GET after the restart", func() error {
+		var err error
+		first, err = c.Get(ctx, key).Result()
+		return err
+	})
+	assert.Equal(t, "v3", first, "the first answer after the restart is the server's, not the cache's")
+	readsFresh("v3", "v2")
 }
