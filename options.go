@@ -292,9 +292,11 @@ type Config struct {
 	IdentitySuffix  string
 
 	// Deprecated: use DisableIdentity (go-redis keeps the misspelling too).
+	// default: false
 	DisableIndentity bool
 
 	// Deprecated: a no-op in go-redis v9.23, kept so options compile.
+	// default: false
 	UnstableResp3 bool
 
 	// FailingTimeoutSeconds is how long go-redis's cluster client avoids a
@@ -335,27 +337,33 @@ type Config struct {
 	// MaxRetries: 0 or -1. redisguard makes no go-redis retries: they would
 	// resend commands after read timeouts and retry pool timeouts. It
 	// retries a reset connection once itself.
+	// default: 0, no go-redis retries
 	MaxRetries int
 
 	// MinRetryBackoff, MaxRetryBackoff: 0 or negative; with no go-redis
 	// retries there is nothing to back off.
+	// default: 0, none
 	MinRetryBackoff, MaxRetryBackoff time.Duration
 
 	// ContextTimeoutEnabled: context deadlines are always honoured, so
 	// true and false (unset) mean the same.
+	// default: false, deadlines honoured
 	ContextTimeoutEnabled bool
 
 	// DialerRetries: 0 or 1. Each dial is one attempt, so that a node that
 	// does not answer reaches its breaker after one DialTimeout, not five.
+	// default: 0, one attempt
 	DialerRetries int
 
 	// DialerRetryTimeout: 0; with one attempt there is no wait between.
+	// default: 0
 	DialerRetryTimeout time.Duration
 
 	// PipelinePoolSize: 0 or negative (go-redis's opt-out). Pipelines run on
 	// the node's ordinary pool, so MaxConnections is the whole per-node
 	// budget; PipelineReadBufferSize and PipelineWriteBufferSize must be 0
 	// (ReadBufferSize and WriteBufferSize size pipelines' buffers).
+	// default: 0, no pipeline pool
 	PipelinePoolSize                                int
 	PipelineReadBufferSize, PipelineWriteBufferSize int
 
@@ -363,6 +371,7 @@ type Config struct {
 	// go-redis's maintenance handling relaxes timeouts and hands connections
 	// over to other endpoints on its own, behind the breakers and the
 	// ReadTimeout contract.
+	// default: nil, disabled
 	MaintNotificationsConfig *maintnotifications.Config
 }
 
