@@ -427,3 +427,39 @@ func TestClientSideCacheStaysFresh(t *testing.T) {
 	assert.Equal(t, "v3", first, "the first answer after the restart is the server's, not the cache's")
 	readsFresh("v3", "v2")
 }
+
+// In Cluster mode the options reach every node client go-redis builds:
+// each master keeps MinIdleConns connections, and the ones commands used
+// carry the name and the protocol, set up by OnConnect.
+func TestGoRedisOptionsTakeEffectInCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	const name = "rg-options-cluster"
+	var connects atomic.Int64
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), Protocol: 3, ClientName: name, MinIdleConns: 2,
+		OnConnect: func(context.Context, *redis.Conn) error { connects.Add(1); return nil }})
+	ctx := testCtx(t, 10*time.Second)
+	for _, m := range cl.Masters {
+		key := cl.KeyOn(t, m, "options")
+		require.NoError(t, c.Set(ctx, key, "v", 0).Err())
+		require.NoError(t, c.Get(ctx, key).Err())
+	}
+	var named int
+	for _, m := range cl.Masters {
+		redistest.WaitFor(t, 5*time.Second, "idle connections on "+m.Addr, func() error {
+			if n := len(clientLines(t, m)); n < 2 {
+				return fmt.Errorf("%d connections", n)
+			}
+			return nil
+		})
+		var here int
+		for _, line := range clientLines(t, m) {
+			if strings.Contains(line, " name="+name+" ") {
+				here++
+				assert.Contains(t, line, " resp=3")
+			}
+		}
+		assert.Positive(t, here, "a connection named %s on %s", name, m.Addr)
+		named += here
+	}
+	assert.GreaterOrEqual(t, connects.Load(), int64(named), "OnConnect ran on every connection set up")
+}
