@@ -217,10 +217,11 @@ type Config struct {
 	// OnConnect runs on each new connection that carries the caller's
 	// commands (ordinary, long and dedicated ones), after the handshake; an
 	// error fails that connection. It does not run on the connections that
-	// recovery probes, mode detection and sentinel questions open for
-	// themselves: those carry no command of the caller's, and an OnConnect
-	// that failed for its own reasons would keep a healthy node's breaker
-	// open.
+	// recovery probes, mode detection and redisguard's own sentinel
+	// questions open: those carry no command of the caller's, and an
+	// OnConnect that failed for its own reasons would keep a healthy node's
+	// breaker open. (go-redis's failover client runs it on its sentinel
+	// connections, as it does without redisguard.)
 	// default: none
 	OnConnect func(ctx context.Context, cn *redis.Conn) error
 
