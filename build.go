@@ -192,10 +192,9 @@ func withoutCache(opt *redis.Options) {
 	opt.ClientSideCacheInvalidationBatchWindow = 0
 }
 
-// sentinelOptions is the handshake with the sentinels themselves, as
-// go-redis's sentinel client makes it: sentinel credentials, the same
-// dialer, TLS and identity. OnConnect, written for data nodes, does not run
-// on sentinel connections.
+// sentinelOptions is the handshake of the questions redisguard asks the
+// sentinels itself: sentinel credentials, the same dialer, TLS and
+// identity. OnConnect, written for data nodes, does not run on them.
 func (c *core) sentinelOptions() *redis.Options {
 	return &redis.Options{
 		Username:        c.cfg.SentinelUsername,
