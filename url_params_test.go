@@ -64,6 +64,10 @@ func TestParseURLGoRedisParameters(t *testing.T) {
 			got, err := ParseURL(tt.url)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
+			u := formatURL(got)
+			again, err := ParseURL(u)
+			require.NoError(t, err, "formatted as %s", u)
+			assert.Equal(t, got, again, "formatted as %s", u)
 		})
 	}
 }

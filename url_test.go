@@ -249,6 +249,9 @@ func FuzzParseURL(f *testing.F) {
 	for _, tt := range parseURLCases {
 		f.Add(tt.url)
 	}
+	for _, tt := range goRedisURLCases {
+		f.Add(tt.url)
+	}
 	f.Add("redis://h?max_connections=1048576&max_long_connections=1048576")
 	f.Add("redis+sentinel://h/m?max_connections=1000000000000000")
 	f.Add("redis+cluster://h?max_long_connections=4611686018427387904")
@@ -276,8 +279,12 @@ func FuzzParseURL(f *testing.F) {
 		}
 		_ = c.Close()
 		if pass, ok := fuzzPassword(s); ok {
-			if dec, _ := url.PathUnescape(pass); cfg.Password != dec {
-				t.Fatalf("the test reads the password as %q, ParseURL as %q", dec, cfg.Password)
+			got := cfg.Password
+			if cfg.Mode == ModeSentinel && !strings.Contains(strings.SplitN(s, "://", 2)[0], "+") {
+				got = cfg.SentinelPassword // go-redis's failover form: the user info is the sentinels'
+			}
+			if dec, _ := url.PathUnescape(pass); got != dec {
+				t.Fatalf("the test reads the password as %q, ParseURL as %q", dec, got)
 			}
 		}
 		again, err := ParseURL(formatURL(cfg))
@@ -337,7 +344,7 @@ func lookAlike(s string) string {
 }
 
 // fuzzSecrets finds the secrets in s the way a reader of the URL would: the
-// user info password and every sentinel_password value, each decoded first
+// user info password and every sentinel_password and password value, each decoded first
 // (when it decodes) and then as written. It is written independently of
 // ParseURL, to cross-check it.
 func fuzzSecrets(s string) []string {
@@ -353,7 +360,7 @@ func fuzzSecrets(s string) []string {
 	if _, query, ok := strings.Cut(tail, "?"); ok {
 		for _, seg := range strings.Split(query, "&") {
 			k, v, _ := strings.Cut(seg, "=")
-			if key, _ := url.PathUnescape(k); key == "sentinel_password" && v != "" {
+			if key, _ := url.PathUnescape(k); (key == "sentinel_password" || key == "password") && v != "" {
 				raw = append(raw, v)
 			}
 		}
@@ -405,15 +412,20 @@ func formatURL(cfg Config) string {
 	if cfg.Username != "" || cfg.Password != "" {
 		b.WriteString(esc(cfg.Username) + ":" + esc(cfg.Password) + "@")
 	}
+	var q []string
 	for i, a := range cfg.Addrs {
 		host, port, _ := net.SplitHostPort(a)
 		if strings.Contains(host, ":") {
 			host = "[" + strings.Replace(host, "%", "%25", 1) + "]"
 		}
-		if i > 0 {
-			b.WriteString(",")
+		switch {
+		case i == 0:
+			b.WriteString(host + ":" + port)
+		case cfg.Mode == ModeAuto: // go-redis's cluster form
+			q = append(q, "addr="+host+":"+port)
+		default:
+			b.WriteString("," + host + ":" + port)
 		}
-		b.WriteString(host + ":" + port)
 	}
 	if cfg.Mode == ModeSentinel {
 		b.WriteString("/" + esc(cfg.MasterName))
@@ -421,7 +433,6 @@ func formatURL(cfg Config) string {
 	if cfg.DB != 0 {
 		b.WriteString("/" + strconv.Itoa(cfg.DB))
 	}
-	var q []string
 	dur := func(name string, d time.Duration) {
 		if d != 0 {
 			q = append(q, name+"="+d.String())
@@ -451,6 +462,34 @@ func formatURL(cfg Config) string {
 	dur("cluster_node_timeout", cfg.ClusterNodeTimeout)
 	str("sentinel_username", cfg.SentinelUsername)
 	str("sentinel_password", cfg.SentinelPassword)
+	flag := func(name string, on bool) {
+		if on {
+			q = append(q, name+"=true")
+		}
+	}
+	num("protocol", cfg.Protocol)
+	num("pool_size", cfg.PoolSize)
+	flag("pool_fifo", cfg.PoolFIFO)
+	num("min_idle_conns", cfg.MinIdleConns)
+	num("max_idle_conns", cfg.MaxIdleConns)
+	num("max_active_conns", cfg.MaxActiveConns)
+	num("max_concurrent_dials", cfg.MaxConcurrentDials)
+	dur("conn_max_idle_time", cfg.ConnMaxIdleTime)
+	dur("conn_max_lifetime", cfg.ConnMaxLifetime)
+	dur("conn_max_lifetime_jitter", cfg.ConnMaxLifetimeJitter)
+	flag("disableIdentity", cfg.DisableIdentity)
+	str("identitySuffix", cfg.IdentitySuffix)
+	flag("unstable_resp3", cfg.UnstableResp3)
+	num("failing_timeout_seconds", cfg.FailingTimeoutSeconds)
+	num("max_retries", cfg.MaxRetries)
+	dur("min_retry_backoff", cfg.MinRetryBackoff)
+	dur("max_retry_backoff", cfg.MaxRetryBackoff)
+	num("dialer_retries", cfg.DialerRetries)
+	num("pipeline_pool_size", cfg.PipelinePoolSize)
+	flag("context_timeout_enabled", cfg.ContextTimeoutEnabled)
+	if cfg.TLSConfig != nil {
+		flag("skip_verify", cfg.TLSConfig.InsecureSkipVerify)
+	}
 	if len(q) > 0 {
 		b.WriteString("?" + strings.Join(q, "&"))
 	}
