@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -494,4 +495,46 @@ func TestGoRedisOptionsTakeEffectInCluster(t *testing.T) {
 		named += here
 	}
 	assert.GreaterOrEqual(t, connects.Load(), int64(named), "OnConnect ran on every connection set up")
+}
+
+// In Sentinel mode the dialer reaches the master and the sentinels, and
+// the questions redisguard asks the sentinels itself dial through it too,
+// without OnConnect, which is written for data nodes.
+func TestGoRedisOptionsTakeEffectInSentinel(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	var mu sync.Mutex
+	dials := map[string]int{}
+	var connects atomic.Int64
+	c := newTestClient(t, Config{Mode: ModeSentinel, MasterName: g.MasterName, Addrs: g.Addrs(), ClientName: "rg-options-sentinel",
+		OnConnect: func(context.Context, *redis.Conn) error { connects.Add(1); return nil },
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dials[addr]++
+			mu.Unlock()
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	count := func(addr string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return dials[addr]
+	}
+	ctx := testCtx(t, 10*time.Second)
+	require.NoError(t, c.Set(ctx, "options:k", "v", 0).Err())
+	assert.Positive(t, count(g.Master.Addr), "the master is dialled through Dialer")
+	var named int
+	for _, line := range clientLines(t, g.Master) {
+		if strings.Contains(line, " name=rg-options-sentinel ") {
+			named++
+		}
+	}
+	assert.Positive(t, named, "the master's connections carry the client name")
+
+	sentinel := g.Addrs()[0]
+	before, beforeConnects := count(sentinel), connects.Load()
+	addr, err := c.sentinel.ask(ctx, sentinel)
+	require.NoError(t, err)
+	assert.Equal(t, g.Master.Addr, addr)
+	assert.Equal(t, before+1, count(sentinel), "redisguard's own sentinel question dials through Dialer")
+	assert.Equal(t, beforeConnects, connects.Load(), "and runs no OnConnect")
 }
