@@ -452,6 +452,9 @@ func (cfg *Config) validate() error {
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
 	}
 	for _, f := range nonNegative {
+		if f.v < 0 && strings.HasSuffix(f.name, "Timeout") && f.name != "ClusterNodeTimeout" {
+			return invalid(f.name, "is negative (%d); go-redis reads that as no timeout, which redisguard does not have: it always bounds the wait", f.v)
+		}
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
 		}
