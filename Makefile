@@ -4,17 +4,23 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: test bench scenarios chaos lint demo
+.PHONY: test bench bench-scale scenarios chaos lint demo
 
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # Benchmarks of both clients side by side (they skip without redis-server),
-# then the interleaved healthy-path and AutoPipeline ratio checks against
-# go-redis alone.
+# then the interleaved healthy-path ratio check against go-redis alone.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestAutoPipelineRatio)$$' .
+	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^TestHealthyPathRatio$$' .
+
+# Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
+# and 12 masters started locally), idle cost and topology refresh. Several
+# minutes; rewrites the generated section of docs/performance.md and its
+# charts. REDISGUARD_BENCH_SCALE=quick runs a short smoke version.
+bench-scale:
+	REDISGUARD_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestBenchScale$$' .
 
 # The fault scenarios at full length, without -race, with the issues' strict
 # targets; the README's figures come from here.

@@ -35,10 +35,7 @@ type clientSpec struct {
 	k        *core
 	nodes    *nodeSet     // whose guards the client, or each node client, carries
 	poolSize int          // connections per node
-	hooks    *clientHooks // the Client's own hooks
-
-	// Dedicated clients carry hooks too; probe and sentinel-question
-	// clients none.
+	hooks    *clientHooks // the Client's own hooks; dedicated clients too
 
 	// Dedicated, probe and sentinel-question clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
@@ -74,12 +71,14 @@ type hookable interface {
 // derivation of each kind and the hook order below have one home.
 //
 //   - ordinary: the client k's Config describes, poolSize connections per node.
-//   - long: the same with its own pool size; in Cluster mode its batches are
-//     read without the cluster's ReadTimeout (admission sets their deadline).
-//   - dedicated: base with a pool of one and no read timeout of its own
-//     (the socket caps every read, see socketHook).
+//   - long: the same with its own pool size, without what only ordinary
+//     traffic wants (longOnly); in Cluster mode its batches are read without
+//     the cluster's ReadTimeout (admission sets their deadline).
+//   - dedicated: base with a pool of one, no client-side cache and no read
+//     timeout of its own (the socket caps every read, see socketHook).
 //   - probe and sentinel question: base, or the sentinels' handshake, at
-//     addr, each step bounded by wait, never retried, closed after use.
+//     addr, each step bounded by wait, never retried, closed after use; a
+//     probe runs no OnConnect and no client-side cache.
 //
 // The hooks of each client, outermost first. [sentinelMaster] is there in
 // Sentinel mode only; "dials" marks a userLayer that runs the user's dial
@@ -92,9 +91,9 @@ type hookable interface {
 //	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
 //	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
 //	Cluster
-//	  ordinary    cluster client: userLayer, facadeHook, divergenceHook
+//	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, subscriptionBudget, extensions
-//	  long        cluster client: divergenceHook
+//	  long        cluster client: stepCountHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, extensions
 //	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
 //	probe, sentinel question: none
@@ -125,6 +124,7 @@ func newGoRedis(s clientSpec) hookable {
 	case clientDedicated:
 		opt := *s.base
 		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
+		withoutCache(&opt) // blocking calls are no cacheable reads; OnConnect does run
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaxRetries = -1             // base was resolved once already: 0 would now mean three
 		opt.ReadTimeout = noReadTimeout // the socket caps every read instead
@@ -142,6 +142,11 @@ func newGoRedis(s clientSpec) hookable {
 		// redial loop once a pool's failed dials reach its size, and a
 		// probe's single failed dial must not.
 		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 2, 0, 0, 0
+		// It authenticates as a node client does (credentials and their
+		// providers, TLS, dialer, protocol), but carries no command of the
+		// caller's: no OnConnect, no client-side cache.
+		opt.OnConnect = nil
+		withoutCache(&opt)
 		opt.MaxRetries, opt.DialerRetries = -1, dialAttempts
 		opt.DialTimeout = min(opt.DialTimeout, s.wait)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
@@ -167,6 +172,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	cfg, h := s.k.cfg, s.hooks
 	ordinary := s.kind == clientOrdinary
 	uo := s.k.options(s.poolSize)
+	if !ordinary {
+		longOnly(uo)
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
@@ -209,6 +217,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		cc := redis.NewClusterClient(co)
 		if ordinary {
 			cc.AddHook(h.user.layer(true))
+		}
+		cc.AddHook(stepCountHook{cc})
+		if ordinary {
 			cc.AddHook(h.facade)
 		}
 		// Inside the facade it sees go-redis's final error; on the long
@@ -255,6 +266,9 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 // options is the one UniversalOptions every client is built from, converted
 // by go-redis itself for each mode, so that the option structs of the
 // ordinary, long and probe clients cannot disagree about a field.
+//
+// The go-redis fields of Config pass through unchanged; docs/options.md
+// lists them and the ones set here that Config cannot change.
 func (c *core) options(poolSize int) *redis.UniversalOptions {
 	cfg := c.cfg
 	return &redis.UniversalOptions{
@@ -274,6 +288,38 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		PoolSize:         poolSize,
 		PoolTimeout:      cfg.PoolTimeout,
 		MaxRedirects:     cfg.MaxRedirects,
+
+		Protocol:                     cfg.Protocol,
+		Dialer:                       cfg.Dialer,
+		OnConnect:                    cfg.OnConnect,
+		CredentialsProvider:          cfg.CredentialsProvider,
+		CredentialsProviderContext:   cfg.CredentialsProviderContext,
+		StreamingCredentialsProvider: cfg.StreamingCredentialsProvider,
+		PoolFIFO:                     cfg.PoolFIFO,
+		MinIdleConns:                 cfg.MinIdleConns,
+		MaxIdleConns:                 cfg.MaxIdleConns,
+		MaxActiveConns:               cfg.MaxActiveConns,
+		MaxConcurrentDials:           cfg.MaxConcurrentDials,
+		ConnMaxIdleTime:              cfg.ConnMaxIdleTime,
+		ConnMaxLifetime:              cfg.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:        cfg.ConnMaxLifetimeJitter,
+		ReadBufferSize:               cfg.ReadBufferSize,
+		WriteBufferSize:              cfg.WriteBufferSize,
+		DisableIdentity:              cfg.DisableIdentity,
+		DisableIndentity:             cfg.DisableIndentity,
+		IdentitySuffix:               cfg.IdentitySuffix,
+		UnstableResp3:                cfg.UnstableResp3,
+		FailingTimeoutSeconds:        cfg.FailingTimeoutSeconds,
+		PushNotificationProcessor:    cfg.PushNotificationProcessor,
+		AutoPipelineOptions:          cfg.AutoPipelineOptions,
+
+		ClientSideCacheConfig:                  cfg.ClientSideCacheConfig,
+		ClientSideCache:                        cfg.ClientSideCache,
+		ClientSideCacheStrategy:                cfg.ClientSideCacheStrategy,
+		ClientSideCacheRefreshOnInvalidate:     cfg.ClientSideCacheRefreshOnInvalidate,
+		ClientSideCacheCoalesceMisses:          cfg.ClientSideCacheCoalesceMisses,
+		ClientSideCacheInvalidationBatchWindow: cfg.ClientSideCacheInvalidationBatchWindow,
+
 		// No go-redis retries: it would retry read and pool timeouts too.
 		// nodeGuard retries a reset connection once instead (Standalone and
 		// Sentinel); the cluster client's loop retries a node once by itself.
@@ -284,14 +330,38 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 	}
 }
 
-// sentinelOptions is the handshake with the sentinels themselves.
+// longOnly drops from the long client's options what only ordinary traffic
+// wants: idle connections kept warm (the long client answers rare calls), a
+// connection cap below its pool size (its permits are its budget), and the
+// client-side cache (long operations are no cacheable reads).
+func longOnly(uo *redis.UniversalOptions) {
+	uo.MinIdleConns, uo.MaxActiveConns = 0, 0
+	uo.ClientSideCacheConfig, uo.ClientSideCache = nil, nil
+	uo.ClientSideCacheRefreshOnInvalidate, uo.ClientSideCacheCoalesceMisses = false, false
+	uo.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// withoutCache turns the client-side cache off in opt, for a client that
+// serves no cacheable reads: a cache there would only track keys for nothing.
+func withoutCache(opt *redis.Options) {
+	opt.ClientSideCacheConfig, opt.ClientSideCache = nil, nil
+	opt.ClientSideCacheRefreshOnInvalidate, opt.ClientSideCacheCoalesceMisses = false, false
+	opt.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// sentinelOptions is the handshake of the questions redisguard asks the
+// sentinels itself: sentinel credentials, the same dialer, TLS and
+// identity. OnConnect, written for data nodes, does not run on them.
 func (c *core) sentinelOptions() *redis.Options {
 	return &redis.Options{
-		Username:    c.cfg.SentinelUsername,
-		Password:    c.cfg.SentinelPassword,
-		ClientName:  c.cfg.ClientName,
-		TLSConfig:   c.cfg.TLSConfig,
-		DialTimeout: c.cfg.DialTimeout,
+		Username:        c.cfg.SentinelUsername,
+		Password:        c.cfg.SentinelPassword,
+		ClientName:      c.cfg.ClientName,
+		TLSConfig:       c.cfg.TLSConfig,
+		DialTimeout:     c.cfg.DialTimeout,
+		Dialer:          c.cfg.Dialer,
+		DisableIdentity: c.cfg.DisableIdentity || c.cfg.DisableIndentity,
+		IdentitySuffix:  c.cfg.IdentitySuffix,
 	}
 }
 

@@ -197,6 +197,10 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
 		} else {
 			err = next(ctx, cmds)
+			if c.topo == nil && batchAnswered(err) && c.undetected == nil {
+				// A single node's replies, all read: nothing to translate.
+				return err
+			}
 		}
 		if err == nil {
 			return nil

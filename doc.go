@@ -4,7 +4,9 @@
 // NewClient builds a go-redis standalone, Sentinel (failover) or Cluster
 // client from one Config and returns a *Client that satisfies
 // redis.UniversalClient. Code that used go-redis switches by changing the
-// constructor.
+// constructor: Config takes go-redis's own options by their names, and
+// ParseURL its URLs (docs/options.md says where each option applies, and
+// which few redisguard owns).
 //
 // Everything redisguard adds is wired in through go-redis's own extension
 // points, so go-redis keeps doing what it does well (pooling, redirects,
@@ -62,5 +64,6 @@
 // cancellation cut short, which only closes a socket; and the parallel
 // slot-ownership queries of a divergence decision, which end before the
 // command returns. go-redis's own reload goroutines end by themselves, and
-// Close closes every pool.
+// Close closes every pool, and with them the client-side cache's drainer
+// when Config turns the cache on.
 package redisguard

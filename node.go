@@ -280,8 +280,8 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(-1)
 		n.br.Done(t, g.outcome(n, ctx, err))
-		if err == nil {
-			return nil
+		if batchAnswered(err) {
+			return err
 		}
 		if isExhaustion(err) && !batchIsBlocking(cmds) {
 			n.noteExhausted(c)
@@ -295,6 +295,18 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		return n.translate(err)
 	}
+}
+
+// batchAnswered reports whether a node client's batch that returned err
+// holds nothing but the server's replies, so that no command's error needs
+// translating. A node client (go-redis's baseClient) returns a network or
+// pool failure as soon as it meets one, and stamps it on every command it
+// had not read; it returns its first command's reply (redis.Nil, an error
+// reply) only once every reply has been read. The cluster client, which
+// returns the first failed command's error whatever came after it, does not
+// qualify.
+func batchAnswered(err error) bool {
+	return err == nil || err == redis.Nil || isRedisReply(err)
 }
 
 // outcome is outcome(ctx, err) for n, except that on a Sentinel client a
