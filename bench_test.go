@@ -273,6 +273,16 @@ func BenchmarkHookPath(b *testing.B) {
 			_ = process(ctx, cmd)
 		}
 	})
+	b.Run("ordinary-with-user-layer", func(b *testing.B) {
+		// The layer that runs AddHook's hooks, with none added: what every
+		// command pays for the possibility.
+		process := c.hooks.user.layer(true).ProcessHook(guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return nil })))
+		cmd := redis.NewStringCmd(ctx, "get", "key")
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = process(ctx, cmd)
+		}
+	})
 	b.Run("ordinary-nil-reply", func(b *testing.B) {
 		// redis.Nil goes through translation and the breaker's outcome.
 		process := guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return redis.Nil }))
