@@ -256,6 +256,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 		// failed connection set-ups (setup.go) for the outer guard.
 		cfg := c.cfg
 		cfg.NodeFailureThreshold = -1
+		cfg.SlowNodeFactor = -1 // and so does its slow-node marking
 		spec.k = newCore(cfg, c.clock)
 		spec.k.log = c.log
 		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))

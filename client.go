@@ -81,6 +81,9 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.topo = newTopology(c.core)
 	}
 	c.nodes = newNodeSet(c.core, c.topo, nodeProbe(c.probeOpt, nil))
+	if c.topo != nil && c.nodes.slow != nil {
+		c.nodes.slow.groups = c.topo.shards
+	}
 	if resolved.Mode == ModeSentinel {
 		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
 		c.sentinel = sm

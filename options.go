@@ -64,6 +64,10 @@ const (
 	DefaultMaxRedirects         = 3
 	DefaultClusterNodeTimeout   = 15 * time.Second
 	DefaultHealthWriteTTL       = 5 * time.Second
+	DefaultSlowNodeFactor       = 4.0
+	DefaultSlowNodeFloor        = 5 * time.Millisecond
+	DefaultSlowNodeMarkAfter    = time.Second
+	DefaultSlowNodeEjection     = 5 * time.Second
 )
 
 // maxConnections is the largest MaxConnections and MaxLongConnections
@@ -166,6 +170,29 @@ type Config struct {
 	// for NodeRecoveryTime.
 	// default: DefaultNodeRecoveryTime (10s)
 	NodeRecoveryTime time.Duration
+
+	// SlowNodeFactor and SlowNodeFloor say when a node that still answers
+	// is slow: its recent latency (a moving average with a 500ms time
+	// constant, sampled from ordinary commands) is above SlowNodeFactor
+	// times the median of the other nodes' and above SlowNodeFloor. A node
+	// that stays slow for SlowNodeMarkAfter is marked slow, at most one node
+	// per shard and always fewer than half of the nodes; when every node is
+	// slow, none is. Standalone has no peers and never marks.
+	//
+	// While a node is marked, at most a few callers wait on it at once (a
+	// quarter of MaxConnections at the most, fewer the slower it is), and a
+	// command whose deadline would pass before the node answers at its
+	// current latency is refused at once; either refusal is ErrNodeSlow.
+	// A mark ends when the node has been fast again for 2s, or after
+	// SlowNodeEjection; a node marked again within six SlowNodeEjection of its
+	// last mark keeps its mark twice as long, up to six SlowNodeEjection.
+	// A negative SlowNodeFactor turns marking off.
+	// default: DefaultSlowNodeFactor (4), DefaultSlowNodeFloor (5ms),
+	// DefaultSlowNodeMarkAfter (1s), DefaultSlowNodeEjection (5s)
+	SlowNodeFactor    float64
+	SlowNodeFloor     time.Duration
+	SlowNodeMarkAfter time.Duration
+	SlowNodeEjection  time.Duration
 
 	// MaxRedirects is the number of MOVED/ASK redirects (and retries) per
 	// command in Cluster mode.
@@ -450,6 +477,9 @@ func (cfg *Config) validate() error {
 		{"MaxRedirects", int64(cfg.MaxRedirects)},
 		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
+		{"SlowNodeFloor", int64(cfg.SlowNodeFloor)},
+		{"SlowNodeMarkAfter", int64(cfg.SlowNodeMarkAfter)},
+		{"SlowNodeEjection", int64(cfg.SlowNodeEjection)},
 	}
 	for _, f := range nonNegative {
 		if f.v < 0 && strings.HasSuffix(f.name, "Timeout") && f.name != "ClusterNodeTimeout" {
@@ -458,6 +488,9 @@ func (cfg *Config) validate() error {
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
 		}
+	}
+	if f := cfg.SlowNodeFactor; f != f || (f > 0 && f <= 1) {
+		return invalid("SlowNodeFactor", "is %v; a node is slow beside its peers only more than once their latency (negative turns marking off)", f)
 	}
 	for _, f := range []struct {
 		name string
@@ -505,6 +538,18 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.HealthWriteTTL == 0 {
 		cfg.HealthWriteTTL = DefaultHealthWriteTTL
+	}
+	if cfg.SlowNodeFactor == 0 {
+		cfg.SlowNodeFactor = DefaultSlowNodeFactor
+	}
+	if cfg.SlowNodeFloor == 0 {
+		cfg.SlowNodeFloor = DefaultSlowNodeFloor
+	}
+	if cfg.SlowNodeMarkAfter == 0 {
+		cfg.SlowNodeMarkAfter = DefaultSlowNodeMarkAfter
+	}
+	if cfg.SlowNodeEjection == 0 {
+		cfg.SlowNodeEjection = DefaultSlowNodeEjection
 	}
 	return cfg
 }
