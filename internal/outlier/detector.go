@@ -228,7 +228,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 	for i := range all {
 		j := &all[i]
 		st := j.st
-		if st.marked || !j.slow || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples {
+		if st.marked || !j.slow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples {
 			continue
 		}
 		if (j.n.Group != "" && markedGroups[j.n.Group]) || 2*(marked+1) >= len(all) {

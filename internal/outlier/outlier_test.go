@@ -53,6 +53,7 @@ func TestLatencyFollowsSamplesByTime(t *testing.T) {
 type cluster struct {
 	t     *testing.T
 	d     *Detector
+	times []time.Time // when each change returned by run happened
 	now   time.Time
 	nodes []Node
 	lat   map[string]time.Duration // what each node answers in now; 0: no traffic
@@ -82,7 +83,11 @@ func (c *cluster) run(d time.Duration) []Change {
 			}
 		}
 		if c.now.Sub(t0)%(250*time.Millisecond) == 0 {
-			out = append(out, c.d.Evaluate(c.now, c.nodes)...)
+			ch := c.d.Evaluate(c.now, c.nodes)
+			out = append(out, ch...)
+			for range ch {
+				c.times = append(c.times, c.now)
+			}
 		}
 	}
 	return out
@@ -151,6 +156,14 @@ func TestDetectorMarksExpireAndGrowForARepeatOffender(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(marks), 3, "%v", ch)
+	// An expired mark is not given again at once: the node takes traffic
+	// until it has been slow for MarkAfter anew.
+	require.Len(t, c.times, len(ch))
+	for i := 1; i < len(ch); i++ {
+		if !ch[i-1].Marked && ch[i].Marked {
+			assert.GreaterOrEqual(t, c.times[i].Sub(c.times[i-1]), DefaultMarkAfter, "re-marked %v after expiring", c.times[i].Sub(c.times[i-1]))
+		}
+	}
 	// Each mark is about twice the one before, up to MaxEjection (the
 	// evaluation falls within the last second of run).
 	assert.InDelta(t, DefaultEjection, marks[0], float64(time.Second))
