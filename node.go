@@ -48,6 +48,7 @@ type node struct {
 	slow        atomic.Bool     // marked slow
 	slowLimit   atomic.Int64    // while marked: how many guarded operations may be in progress
 	slowRefused error           // the *NodeError for a command refused while marked slow
+	sampleMask  atomic.Uint32   // a command is timed when rand&sampleMask is 0 (slow.go)
 
 	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
@@ -108,6 +109,7 @@ func (s *nodeSet) get(addr string) *node {
 		exhausted:   &NodeError{Addr: addr, Err: ErrPoolExhausted},
 		slowRefused: &NodeError{Addr: addr, Err: ErrNodeSlow},
 	}
+	n.sampleMask.Store(sampleFast)
 	n.br = breaker.New(breaker.Settings{
 		Threshold:     s.k.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
 		Clock:         s.k.clock,
@@ -223,7 +225,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		n.inFlight.Add(1)
 		var start time.Time
-		sampled := slow.sample()
+		sampled := slow.sample(n)
 		if sampled {
 			start = c.clock.Now()
 		}

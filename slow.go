@@ -15,9 +15,9 @@ import (
 
 // slowNodes marks the nodes that answer far slower than their peers (see
 // Config.SlowNodeFactor) and sheds the load a marked node cannot carry. It
-// runs no goroutine: latencies are sampled from a sixteenth of the ordinary
-// commands, and whichever sampled command finds the last evaluation
-// slowEvalEvery old evaluates again, on its own goroutine.
+// runs no goroutine: latencies are sampled from the ordinary commands, and
+// whichever sampled command finds the last evaluation slowEvalEvery old
+// evaluates again, on its own goroutine.
 type slowNodes struct {
 	k   *core
 	det *outlier.Detector
@@ -31,9 +31,15 @@ type slowNodes struct {
 // slowEvalEvery is how often the marks are revisited while commands flow.
 const slowEvalEvery = 250 * time.Millisecond
 
-// slowSampleMask picks the commands whose latency is measured: one in
-// sixteen, so that two clock readings cost each command a few ns on average.
-const slowSampleMask = 15
+// The commands whose latency is measured: one in 64 on a node that looks
+// fast, so that the two clock readings cost each command about a
+// nanosecond on average; one in four on a node whose latency is above
+// SlowNodeFloor, or that is marked, so that its mark is decided on enough
+// samples and ends soon after it is fast again.
+const (
+	sampleFast  = 63
+	sampleWatch = 3
+)
 
 func newSlowNodes(k *core) *slowNodes {
 	if k.cfg.SlowNodeFactor < 0 {
@@ -48,8 +54,10 @@ func newSlowNodes(k *core) *slowNodes {
 	})}
 }
 
-// sample reports whether the command about to run is timed.
-func (s *slowNodes) sample() bool { return s != nil && rand.Uint32()&slowSampleMask == 0 }
+// sample reports whether the command about to run on n is timed.
+func (s *slowNodes) sample(n *node) bool {
+	return s != nil && rand.Uint32()&n.sampleMask.Load() == 0
+}
 
 // observe records that cmd, an answered command on n started at start, and
 // evaluates the marks when they are due.
@@ -59,6 +67,13 @@ func (s *slowNodes) observe(nodes *nodeSet, n *node, cmd redis.Cmder, start time
 	}
 	now := s.k.clock.Now()
 	n.lat.Observe(now, now.Sub(start))
+	mask := uint32(sampleFast)
+	if est, _, _, _ := n.lat.Estimate(); est > s.k.cfg.SlowNodeFloor || n.slow.Load() {
+		mask = sampleWatch
+	}
+	if n.sampleMask.Load() != mask {
+		n.sampleMask.Store(mask)
+	}
 	due := s.nextEval.Load()
 	if now.UnixNano() < due || !s.nextEval.CompareAndSwap(due, now.Add(slowEvalEvery).UnixNano()) {
 		return

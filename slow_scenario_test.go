@@ -178,6 +178,9 @@ func TestScenarioSlowMasterKeepsHealthyShards(t *testing.T) {
 		assert.LessOrEqual(t, worstLate, 200*time.Millisecond, "a caller waited past its deadline")
 	}
 
+	rep := guard.Check(context.Background(), CheckOptions{})
+	t.Logf("check right after the slowdown: %v", rep)
+
 	evMu.Lock()
 	require.NotEmpty(t, events)
 	assert.Equal(t, EventNodeSlow, events[0].Kind)

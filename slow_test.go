@@ -72,7 +72,7 @@ func (f *slowFixture) kinds() []EventKind {
 }
 
 func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
-	f := newSlowFixture(t, Config{MaxConnections: 40})
+	f := newSlowFixture(t, Config{MaxConnections: 40, SlowNodeEjection: time.Minute}) // long: this test is about recovery
 	a, _ := f.nodes.lookup("a:1")
 
 	f.run(3*time.Second, nil)
@@ -135,7 +135,7 @@ func TestSlowNodeMarkingOff(t *testing.T) {
 	nodes := newNodeSet(newCore(resolved, clock.Real()), nil, nil)
 	defer nodes.close()
 	assert.Nil(t, nodes.slow)
-	assert.False(t, nodes.slow.sample(), "no marking, no timing")
+	assert.False(t, nodes.slow.sample(nodes.get("a:1")), "no marking, no timing")
 }
 
 func TestSlowNodeLimit(t *testing.T) {
