@@ -46,7 +46,8 @@ type node struct {
 
 	lat         outlier.Latency // sampled latency of its ordinary commands (slow.go)
 	slow        atomic.Bool     // marked slow
-	slowLimit   atomic.Int64    // while marked: how many guarded operations may be in progress
+	slowLimit   atomic.Int64    // while marked: how many ordinary operations may wait on it at once
+	slowWaiting atomic.Int64    // ordinary operations admitted while it is marked, in progress
 	slowRefused error           // the *NodeError for a command refused while marked slow
 	sampleMask  atomic.Uint32   // a command is timed when rand&sampleMask is 0 (slow.go)
 
@@ -214,10 +215,13 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return ErrClosed
 		}
 		n := g.node()
-		if n.slow.Load() {
+		if n.slow.Load() && classifyCmd(cmd) == classOrdinary {
+			// Blocking commands wait by design and are not limited here.
 			if err := slow.admit(ctx, n); err != nil {
 				return err
 			}
+			n.slowWaiting.Add(1)
+			defer n.slowWaiting.Add(-1)
 		}
 		t, err := n.br.Allow()
 		if err != nil {
@@ -288,13 +292,15 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			return ErrClosed // Close outranks the breaker, as in ProcessHook
 		}
 		n := g.node()
-		if n.slow.Load() {
+		if n.slow.Load() && !batchIsBlocking(cmds) {
 			if err := g.nodes.slow.admit(ctx, n); err != nil {
 				for _, cmd := range cmds {
 					cmd.SetErr(err)
 				}
 				return err
 			}
+			n.slowWaiting.Add(1)
+			defer n.slowWaiting.Add(-1)
 		}
 		t, err := n.br.Allow()
 		if err != nil {

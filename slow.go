@@ -126,7 +126,7 @@ func (s *slowNodes) limit(lat, peers time.Duration) int {
 // admit decides whether a command may wait on n, which is marked slow. It
 // is off the hot path: only marked nodes get here.
 func (s *slowNodes) admit(ctx context.Context, n *node) error {
-	if n.inFlight.Load() >= n.slowLimit.Load() {
+	if n.slowWaiting.Load() >= n.slowLimit.Load() {
 		return n.slowRefused
 	}
 	if dl, ok := ctx.Deadline(); ok {

@@ -97,14 +97,14 @@ func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
 	// node's latency, are refused at once.
 	ctx := context.Background()
 	assert.NoError(t, f.nodes.slow.admit(ctx, a))
-	a.inFlight.Add(limit)
+	a.slowWaiting.Add(limit)
 	err := f.nodes.slow.admit(ctx, a)
 	assert.ErrorIs(t, err, ErrNodeSlow)
 	assert.ErrorIs(t, err, ErrNodeUnavailable, "a fallback for a node that is down serves a slow one")
 	var ne *NodeError
 	require.True(t, errors.As(err, &ne))
 	assert.Equal(t, "a:1", ne.Addr)
-	a.inFlight.Add(-limit)
+	a.slowWaiting.Add(-limit)
 	short, cancel := context.WithDeadline(ctx, f.clk.Now().Add(10*time.Millisecond))
 	defer cancel()
 	assert.ErrorIs(t, f.nodes.slow.admit(short, a), ErrNodeSlow, "the deadline cannot be met")
@@ -194,8 +194,17 @@ func TestNodeGuardShedsForASlowNode(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 
+	assert.Zero(t, a.slowWaiting.Load(), "the admitted caller is counted out")
+
+	// A blocking command waits by design: it is not limited.
+	pass := g.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	a.slowWaiting.Store(1)
+	assert.ErrorIs(t, pass(ctx, redis.NewStringCmd(ctx, "get", "k")), ErrNodeSlow)
+	assert.NoError(t, pass(ctx, redis.NewStringSliceCmd(ctx, "blpop", "q", 1)))
+	a.slowWaiting.Store(0)
+
 	// Unmarked, everything passes.
 	a.slow.Store(false)
-	go func() { <-entered }()
-	assert.NoError(t, hook(ctx, redis.NewStringCmd(ctx, "get", "k")))
+	a.slowWaiting.Store(5)
+	assert.NoError(t, pass(ctx, redis.NewStringCmd(ctx, "get", "k")))
 }
