@@ -108,6 +108,10 @@ func ObserveStats(c *redisguard.Client, mp metric.MeterProvider) (metric.Registr
 	longExhausted := counter("redisguard.long.exhaustions", "Long operations refused with ErrPoolExhausted.")
 	refreshes := counter("redisguard.topology.refreshes", "CLUSTER SLOTS calls sent to a server.")
 	refreshFailures := counter("redisguard.topology.refresh.failures", "CLUSTER SLOTS calls that failed.")
+	slow := gauge("redisguard.node.slow", "1 while the node is marked slow beside its peers, else 0.")
+	latency, err := m.Float64ObservableGauge("redisguard.node.latency", metric.WithUnit("s"),
+		metric.WithDescription("The node's sampled latency (a moving average of ordinary commands)."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -129,13 +133,19 @@ func ObserveStats(c *redisguard.Client, mp metric.MeterProvider) (metric.Registr
 			o.ObserveInt64(probeFailures, int64(n.ProbeFailures), at)
 			o.ObserveInt64(exhausted, int64(n.PoolExhaustions), at)
 			o.ObserveInt64(unknown, int64(n.OutcomeUnknown), at)
+			isSlow := int64(0)
+			if n.Slow {
+				isSlow = 1
+			}
+			o.ObserveInt64(slow, isSlow, at)
+			o.ObserveFloat64(latency, n.Latency.Seconds(), at)
 		}
 		o.ObserveInt64(longInUse, int64(st.LongInUse))
 		o.ObserveInt64(longExhausted, int64(st.LongExhaustions))
 		o.ObserveInt64(refreshes, int64(st.TopologyRefreshes))
 		o.ObserveInt64(refreshFailures, int64(st.TopologyRefreshFailures))
 		return nil
-	}, breaker, opens, inFlight, probes, probeFailures, exhausted, unknown, longInUse, longExhausted, refreshes, refreshFailures)
+	}, breaker, opens, inFlight, probes, probeFailures, exhausted, unknown, longInUse, longExhausted, refreshes, refreshFailures, slow, latency)
 }
 
 // setup builds the client with both halves wired in: redisotel on its

@@ -74,6 +74,10 @@ func (tel *telemetry) collect(t *testing.T) map[string]float64 {
 				for _, p := range d.DataPoints {
 					out[key(m.Name, p.Attributes)] = float64(p.Value)
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[key(m.Name, p.Attributes)] = p.Value
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					out[key(m.Name, p.Attributes)] += float64(p.Count)
@@ -169,8 +173,16 @@ func TestGuardSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := "redisguard.node.breaker.state{node=" + srv.Addr + ",state=closed}"
-	if v := tel.collect(t)[closed]; v != 1 {
+	points := tel.collect(t)
+	if v := points[closed]; v != 1 {
 		t.Fatalf("%s = %v, want 1", closed, v)
+	}
+	slow := "redisguard.node.slow{node=" + srv.Addr + "}"
+	if v, ok := points[slow]; !ok || v != 0 {
+		t.Fatalf("%s = %v (reported %v), want 0", slow, v, ok)
+	}
+	if _, ok := points["redisguard.node.latency{node="+srv.Addr+"}"]; !ok {
+		t.Fatalf("no latency gauge for %s", srv.Addr)
 	}
 
 	srv.Kill(t)
