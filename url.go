@@ -50,6 +50,10 @@ import (
 //	node_failure_threshold  NodeFailureThreshold  whole number; negative turns breakers off
 //	node_recovery_time      NodeRecoveryTime      duration
 //	health_write_ttl        HealthWriteTTL        duration
+//	slow_node_factor        SlowNodeFactor        number; negative turns slow-node marking off
+//	slow_node_floor         SlowNodeFloor         duration
+//	slow_node_mark_after    SlowNodeMarkAfter     duration
+//	slow_node_ejection      SlowNodeEjection      duration
 //	cluster_node_timeout    ClusterNodeTimeout    duration (cluster only)
 //	sentinel_username       SentinelUsername      text (sentinel only)
 //	sentinel_password       SentinelPassword      text (sentinel only)

@@ -43,6 +43,10 @@ var urlParams = map[string]urlParam{
 	"node_failure_threshold": countParam(true, func(c *Config) *int { return &c.NodeFailureThreshold }),
 	"node_recovery_time":     durationParam(func(c *Config) *time.Duration { return &c.NodeRecoveryTime }),
 	"health_write_ttl":       durationParam(func(c *Config) *time.Duration { return &c.HealthWriteTTL }),
+	"slow_node_factor":       {set: setSlowNodeFactor},
+	"slow_node_floor":        durationParam(func(c *Config) *time.Duration { return &c.SlowNodeFloor }),
+	"slow_node_mark_after":   durationParam(func(c *Config) *time.Duration { return &c.SlowNodeMarkAfter }),
+	"slow_node_ejection":     durationParam(func(c *Config) *time.Duration { return &c.SlowNodeEjection }),
 	"cluster_node_timeout":   {only: ModeCluster, set: durationParam(func(c *Config) *time.Duration { return &c.ClusterNodeTimeout }).set},
 	"sentinel_username":      {only: ModeSentinel, set: func(c *Config, v string) error { c.SentinelUsername = v; return nil }},
 	"sentinel_password":      {only: ModeSentinel, set: func(c *Config, v string) error { c.SentinelPassword = v; return nil }},
@@ -227,6 +231,17 @@ func durationParam(field func(*Config) *time.Duration) urlParam {
 		*field(c) = d
 		return nil
 	}}
+}
+
+// setSlowNodeFactor reads SlowNodeFactor: a number, negative to turn
+// marking off; Config's validation judges its value.
+func setSlowNodeFactor(c *Config, v string) error {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return errors.New("is not a number")
+	}
+	c.SlowNodeFactor = f
+	return nil
 }
 
 // timeoutParam is one of go-redis's timeouts. go-redis reads zero or a

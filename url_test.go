@@ -57,6 +57,11 @@ var parseURLCases = []struct {
 			DialTimeout: time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 2 * time.Second,
 			PoolTimeout: 4 * time.Second, MaxConnections: 20, MaxLongConnections: 5, NodeFailureThreshold: 3,
 			NodeRecoveryTime: 30 * time.Second, HealthWriteTTL: time.Minute, ClientName: "api-1"}},
+	{"slow-node parameters", "redis://h?slow_node_factor=2.5&slow_node_floor=3ms&slow_node_mark_after=2s&slow_node_ejection=10s",
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, SlowNodeFactor: 2.5, SlowNodeFloor: 3 * time.Millisecond,
+			SlowNodeMarkAfter: 2 * time.Second, SlowNodeEjection: 10 * time.Second}},
+	{"negative slow-node factor turns marking off", "redis://h?slow_node_factor=-1",
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, SlowNodeFactor: -1}},
 	{"negative threshold turns breakers off", "redis://h?node_failure_threshold=-1",
 		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, NodeFailureThreshold: -1}},
 	{"zero duration and count mean default", "redis://h?node_recovery_time=0s&max_connections=0",
@@ -153,6 +158,8 @@ func TestParseURLErrors(t *testing.T) {
 		{"go-redis 'no timeout' as a bare zero", "redis://h?read_timeout=0", "URL parameter read_timeout is zero or negative"},
 		{"go-redis 'no timeout'", "redis://h?write_timeout=-1", "URL parameter write_timeout"},
 		{"negative duration", "redis://h?node_recovery_time=-1s", "URL parameter node_recovery_time is negative"},
+		{"slow-node factor not a number", "redis://h?slow_node_factor=fast", "URL parameter slow_node_factor is not a number"},
+		{"slow-node factor of one", "redis://h?slow_node_factor=1", "SlowNodeFactor"},
 		{"negative timeout", "redis://h?pool_timeout=-1s", "URL parameter pool_timeout is zero or negative"},
 		{"not a duration", "redis://h?node_recovery_time=fast", "URL parameter node_recovery_time"},
 		{"negative count", "redis://h?max_connections=-1", "URL parameter max_connections"},
@@ -457,6 +464,12 @@ func formatURL(cfg Config) string {
 	num("node_failure_threshold", cfg.NodeFailureThreshold)
 	dur("node_recovery_time", cfg.NodeRecoveryTime)
 	dur("health_write_ttl", cfg.HealthWriteTTL)
+	if cfg.SlowNodeFactor != 0 {
+		q = append(q, "slow_node_factor="+strconv.FormatFloat(cfg.SlowNodeFactor, 'g', -1, 64))
+	}
+	dur("slow_node_floor", cfg.SlowNodeFloor)
+	dur("slow_node_mark_after", cfg.SlowNodeMarkAfter)
+	dur("slow_node_ejection", cfg.SlowNodeEjection)
 	str("client_name", cfg.ClientName)
 	num("max_redirects", cfg.MaxRedirects)
 	dur("cluster_node_timeout", cfg.ClusterNodeTimeout)
