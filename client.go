@@ -33,7 +33,8 @@ type Client struct {
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
-	replicas *replicas       // replica reads (Cluster mode with ReadFrom); nil otherwise
+	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
+	replicas *replicas       // replica reads (Config.ReadFrom); nil without
 
 	// undetected is why the first contact failed, when ModeAuto could not
 	// tell a cluster node from a standalone server; nil otherwise.
@@ -81,6 +82,9 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.topo = newTopology(c.core)
 	}
 	c.nodes = newNodeSet(c.core, c.topo, nodeProbe(c.probeOpt, nil))
+	if c.topo != nil && c.nodes.slow != nil {
+		c.nodes.slow.groups = c.topo.shards
+	}
 	if resolved.Mode == ModeSentinel {
 		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
 		c.sentinel = sm
@@ -103,28 +107,30 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
+	c.hooks = &clientHooks{
+		user: &userHooks{}, ext: &extensions{k: c.core},
+		facade: facadeHook{c}, budget: subscriptionBudget{c.adm}, div: divergenceHook{c.div},
+		topo: c.topo, sentinel: c.sentinel,
+	}
 	if resolved.ReadFrom != ReadFromMaster {
 		c.replicas = newReplicas(c.core, c.nodes, c.topo)
 		if c.sentinel != nil {
 			r := c.replicas
-			r.sentinel = newSentinelReplicas(c.core, c.nodes, c.sentinel, c.probeOpt, func(addr string, cl *redis.Client) { r.clients.Store(addr, cl) })
+			newClient := func(addr string) *redis.Client {
+				return newGoRedis(clientSpec{kind: clientReplica, base: c.probeOpt, addr: addr,
+					poolSize: resolved.MaxConnections, hooks: c.hooks, guard: c.nodes.guard(addr)}).(*redis.Client)
+			}
+			r.sentinel = newSentinelReplicas(c.core, c.nodes, c.sentinel, newClient, func(addr string, cl *redis.Client) { r.clients.Store(addr, cl) })
 			r.members = r.sentinel.of
 		}
+		c.hooks.replicas = c.replicas
 	}
-	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, c.replicas, resolved.MaxConnections, false)
-	c.UniversalClient.AddHook(facadeHook{c})
-	// Subscriptions dial through the client's dial hook, on each node
-	// client in Cluster mode; registered before any node client exists.
+	c.adm.hooks = c.hooks
+	c.UniversalClient = newGoRedis(clientSpec{
+		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
+	}).(redis.UniversalClient)
 	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.adm}) })
-	} else {
-		c.UniversalClient.AddHook(subscriptionBudget{c.adm})
-	}
-	if c.topo != nil {
-		cc := c.UniversalClient.(*redis.ClusterClient)
 		c.div.cluster = cc
-		cc.AddHook(divergenceHook{c.div}) // inside the facade: sees go-redis's final error
-		c.topo.attach(cc)
 	}
 	return c, nil
 }
@@ -135,8 +141,9 @@ func (c *Client) Mode() Mode { return c.cfg.Mode }
 // Close closes the client. It is terminal, idempotent and safe to call from
 // many goroutines. Calls in flight, blocking ones included, are cut short
 // because their connections are closed; every later call, including those on
-// retained Pipelines, Txs and PubSubs, fails with ErrClosed (or, for a
-// PubSub, with go-redis's closed error) and opens no socket.
+// retained Pipelines, Txs, PubSubs and AutoPipeliners, fails with ErrClosed
+// (or, for a PubSub or an AutoPipeliner, with go-redis's closed error) and
+// opens no socket.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
@@ -161,8 +168,8 @@ func (c *Client) Close() error {
 // commands to the long budget and translates go-redis's errors into
 // redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
 // mode nodeGuard sits on each node client, below this hook; in Standalone and
-// Sentinel mode both are on the one client and nodeGuard, added first by
-// build, wraps this hook (admission.go relies on that order).
+// Sentinel mode both are on the one client and nodeGuard wraps this hook
+// (see newGoRedis; admission.go relies on that order).
 type facadeHook struct{ c *Client }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -210,6 +217,10 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
 		} else {
 			err = next(ctx, cmds)
+			if c.topo == nil && batchAnswered(err) && c.undetected == nil {
+				// A single node's replies, all read: nothing to translate.
+				return err
+			}
 		}
 		if err == nil {
 			return nil

@@ -52,6 +52,16 @@ const (
 	// failed; the next follows later (see Config.NodeRecoveryTime). Addr
 	// and Err say which node and why. Logged at debug level.
 	EventProbeFailed
+	// EventNodeSlow: the node answers far slower than its peers and is
+	// marked slow (see Config.SlowNodeFactor): few callers may wait on it
+	// at once, and the others get ErrNodeSlow. Addr is the node; Duration
+	// its latency; PeerLatency the median of its peers'.
+	EventNodeSlow
+	// EventNodeSlowEnded: the node's slow mark ended. Decision says why:
+	// "recovered" (it has been fast again for a while) or "expired" (its
+	// mark ran out; it is marked again, for longer, if it is still slow).
+	// Duration and PeerLatency are as in EventNodeSlow.
+	EventNodeSlowEnded
 	// EventReplicaReadsStarted: with ReadFromMasterPreferred, a master's
 	// breaker is open and a replica of its shard served the first of its
 	// reads. Addr is the master; the log names the replica.
@@ -81,6 +91,10 @@ func (k EventKind) String() string {
 		return "divergence"
 	case EventProbeFailed:
 		return "probe-failed"
+	case EventNodeSlow:
+		return "node-slow"
+	case EventNodeSlowEnded:
+		return "node-slow-ended"
 	case EventReplicaReadsStarted:
 		return "replica-reads-started"
 	case EventReplicaReadsStopped:
@@ -129,6 +143,9 @@ type Event struct {
 	// ErrClusterFailover) or "slot-map-corruption" (fail with
 	// ErrSlotMapCorruption).
 	Decision string `json:"decision,omitempty"`
+	// PeerLatency is the median latency of the other nodes
+	// (EventNodeSlow, EventNodeSlowEnded).
+	PeerLatency time.Duration `json:"peer_latency_ns,omitempty"`
 }
 
 // String renders the event as one line, as a log would.
@@ -152,6 +169,9 @@ func (e Event) String() string {
 	if e.Duration != 0 {
 		add("duration", e.Duration.String())
 	}
+	if e.PeerLatency != 0 {
+		add("peer_latency", e.PeerLatency.String())
+	}
 	if e.Err != "" {
 		add("err", strconv.Quote(e.Err))
 	}
@@ -163,7 +183,7 @@ func (e Event) String() string {
 // debug.
 func (e Event) level() slog.Level {
 	switch e.Kind {
-	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted:
+	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventNodeSlow:
 		return slog.LevelWarn
 	case EventRefreshStarted, EventRefreshFinished, EventProbeFailed:
 		return slog.LevelDebug
@@ -197,6 +217,10 @@ func (k EventKind) message() string {
 		return "redisguard: redirect cycle on slot"
 	case EventProbeFailed:
 		return "redisguard: recovery probe failed"
+	case EventNodeSlow:
+		return "redisguard: node marked slow"
+	case EventNodeSlowEnded:
+		return "redisguard: node no longer marked slow"
 	case EventReplicaReadsStarted:
 		return "redisguard: master unavailable, a replica serves its reads"
 	case EventReplicaReadsStopped:
@@ -218,8 +242,14 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 	if e.Kind == EventDivergence {
 		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))
 	}
+	if e.Kind == EventNodeSlowEnded {
+		out = append(out, slog.String("decision", e.Decision))
+	}
 	if e.Duration != 0 {
 		out = append(out, slog.Duration("duration", e.Duration))
+	}
+	if e.PeerLatency != 0 {
+		out = append(out, slog.Duration("peer_latency", e.PeerLatency))
 	}
 	if e.Err != "" {
 		out = append(out, slog.String("err", e.Err))

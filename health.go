@@ -43,7 +43,7 @@ type Report struct {
 	Healthy bool `json:"healthy"`
 	// Degraded is true when the check passed but a master's breaker is open
 	// (Breakers failed without RequireAllShards): the write key's shard
-	// serves, another does not.
+	// serves, another does not; or when a node is marked slow (Slow).
 	Degraded bool   `json:"degraded,omitempty"`
 	Mode     string `json:"mode"` // "standalone", "sentinel" or "cluster"
 
@@ -61,13 +61,15 @@ type Report struct {
 	Write        *StepResult `json:"write,omitempty"`
 	Breakers     *StepResult `json:"breakers,omitempty"`
 
-	// ReadFromReplica lists the masters, sorted, whose breaker is open and
-	// whose reads a replica serves now (ReadFromMasterPreferred).
-	ReadFromReplica []string `json:"read_from_replica,omitempty"`
-
 	// Nodes is the breaker of every node the client has talked to, sorted by
 	// address, as in Stats.
 	Nodes []NodeStats `json:"nodes"`
+	// ReadFromReplica lists the masters, sorted, whose breaker is open and
+	// whose reads a replica serves now (ReadFromMasterPreferred).
+	ReadFromReplica []string `json:"read_from_replica,omitempty"`
+	// Slow lists the nodes marked slow (see Config.SlowNodeFactor); a
+	// healthy check with a slow node is Degraded.
+	Slow []string `json:"slow,omitempty"`
 }
 
 // StepResult is one step of a check.
@@ -131,12 +133,17 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 		if p := recover(); p != nil {
 			rep.Ping = &StepResult{Error: c.redact(fmt.Sprintf("panic during health check: %v", p))}
 		}
-		rep.judge(opts.RequireAllShards)
-		rep.Duration = time.Since(start)
 		rep.Nodes = c.Stats().Nodes
+		for _, n := range rep.Nodes {
+			if n.Slow {
+				rep.Slow = append(rep.Slow, n.Addr)
+			}
+		}
 		if c.replicas != nil {
 			rep.ReadFromReplica = c.replicas.readFromReplica()
 		}
+		rep.judge(opts.RequireAllShards)
+		rep.Duration = time.Since(start)
 	}()
 
 	var err error
@@ -310,7 +317,7 @@ func (oneShot) NoRetry() bool { return true }
 // judge sets Healthy and Degraded from the steps.
 func (r *Report) judge(allShards bool) {
 	r.Healthy = r.verdict(allShards)
-	r.Degraded = r.Healthy && r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped
+	r.Degraded = r.Healthy && (len(r.Slow) > 0 || r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped)
 }
 
 // verdict is true when every step that applies succeeded; the breakers step
@@ -386,6 +393,9 @@ func (r Report) String() string {
 	}
 	if first {
 		b.WriteString("nothing checked")
+	}
+	if len(r.Slow) > 0 {
+		b.WriteString("; slow: " + strings.Join(r.Slow, " "))
 	}
 	return b.String()
 }

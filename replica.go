@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
@@ -49,6 +50,16 @@ func (r ReadFrom) String() string {
 		return readFromNames[r]
 	}
 	return "ReadFrom(" + strconv.Itoa(int(r)) + ")"
+}
+
+// setReadFrom is ParseURL's read_from.
+func setReadFrom(c *Config, v string) error {
+	r, ok := parseReadFrom(v)
+	if !ok {
+		return errors.New("is not one of master, master_preferred, replica_preferred, nearest, any")
+	}
+	c.ReadFrom = r
+	return nil
 }
 
 // parseReadFrom is String's inverse.

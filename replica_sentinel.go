@@ -24,9 +24,10 @@ type sentinelReplicas struct {
 	k     *core
 	nodes *nodeSet
 	sm    *sentinelMaster
-	base  *redis.Options // the node handshake; Addr set per replica
-	// register records a replica's client, for the reads to go to.
-	register func(addr string, cl *redis.Client)
+	// newClient builds the client of the replica at addr, with its node
+	// guard; register records it, for the reads to go to.
+	newClient func(addr string) *redis.Client
+	register  func(addr string, cl *redis.Client)
 
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
@@ -42,9 +43,10 @@ type sentinelReplicas struct {
 	closed  bool                     // guarded by mu; no look-up starts once set
 }
 
-func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, base *redis.Options, register func(string, *redis.Client)) *sentinelReplicas {
+func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, newClient func(string) *redis.Client,
+	register func(string, *redis.Client)) *sentinelReplicas {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sentinelReplicas{k: k, nodes: nodes, sm: sm, base: base, register: register,
+	return &sentinelReplicas{k: k, nodes: nodes, sm: sm, newClient: newClient, register: register,
 		ctx: ctx, cancel: cancel, clients: make(map[string]*redis.Client)}
 }
 
@@ -96,10 +98,7 @@ func (s *sentinelReplicas) lookup(ctx context.Context) {
 	for _, addr := range s.sm.sentinelAddrs() {
 		qctx, cancel := mergeCancel(ctx, s.ctx)
 		qctx, cancelQ := context.WithTimeout(qctx, sentinelQueryTimeout)
-		opt := *s.sm.sentinel
-		opt.Addr = addr
-		opt.MaxRetries = -1
-		sc := redis.NewSentinelClient(&opt)
+		sc := newGoRedis(clientSpec{kind: clientSentinelQuestion, base: s.sm.sentinel, addr: addr, wait: sentinelQueryTimeout}).(*redis.SentinelClient)
 		replicas, err := sc.Replicas(qctx, s.sm.name).Result()
 		_ = sc.Close()
 		cancelQ()
@@ -129,11 +128,7 @@ func (s *sentinelReplicas) use(replicas []map[string]string) {
 		}
 		addr := net.JoinHostPort(r["ip"], r["port"])
 		if _, ok := s.clients[addr]; !ok {
-			opt := *s.base
-			opt.Addr = addr
-			opt.PoolSize = s.k.cfg.MaxConnections
-			cl := redis.NewClient(&opt)
-			cl.AddHook(s.nodes.guard(addr))
+			cl := s.newClient(addr)
 			s.clients[addr] = cl
 			s.register(addr, cl)
 		}

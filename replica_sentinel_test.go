@@ -59,7 +59,8 @@ func TestSentinelReplicasKeepsUsableOnes(t *testing.T) {
 	nodes := newNodeSet(k, nil, nil)
 	t.Cleanup(nodes.close)
 	registered := map[string]int{}
-	s := newSentinelReplicas(k, nodes, nil, k.options(1).Simple(), func(addr string, _ *redis.Client) { registered[addr]++ })
+	newClient := func(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) } // never dialled
+	s := newSentinelReplicas(k, nodes, nil, newClient, func(addr string, _ *redis.Client) { registered[addr]++ })
 	t.Cleanup(s.close)
 	answer := []map[string]string{
 		{"ip": "10.0.0.1", "port": "6379", "flags": "slave"},

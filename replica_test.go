@@ -225,7 +225,7 @@ func TestParseURLReadFrom(t *testing.T) {
 		{"redis+cluster://h?read_from=replica", "URL parameter read_from is not one of"},
 		{"redis+cluster://h?read_from=MASTER", "URL parameter read_from is not one of"},
 		{"redis+cluster://h?max_replica_staleness=-1s", "URL parameter max_replica_staleness is negative"},
-		{"redis+cluster://h?max_replica_staleness=1", "URL parameter max_replica_staleness has no unit"},
+		{"redis+cluster://h?max_replica_staleness=soon", "URL parameter max_replica_staleness"},
 		{"redis+sentinel://h/m?read_from=nearest", "ReadFrom is nearest, but Sentinel"},
 	} {
 		_, err := ParseURL(tc.url)
@@ -257,15 +257,15 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 	var rows [][]string
 	for _, w := range []struct {
 		name string
-		op   func(context.Context, redis.UniversalClient) error
+		op   func(context.Context, redis.Cmdable) error
 	}{{"GET", getOp}, {"pipeline of 100", pipelineOp}} {
 		var ratios, ctlRatios, rates []float64
 		for i := range rounds {
 			var m, c, p float64
 			if i%2 == 0 {
-				c, m, p = timedOps(t, control, w.op, workers, slice), timedOps(t, master, w.op, workers, slice), timedOps(t, preferred, w.op, workers, slice)
+				c, m, p = timedSlice(t, control, w.op, workers, slice, nil), timedSlice(t, master, w.op, workers, slice, nil), timedSlice(t, preferred, w.op, workers, slice, nil)
 			} else {
-				p, m, c = timedOps(t, preferred, w.op, workers, slice), timedOps(t, master, w.op, workers, slice), timedOps(t, control, w.op, workers, slice)
+				p, m, c = timedSlice(t, preferred, w.op, workers, slice, nil), timedSlice(t, master, w.op, workers, slice, nil), timedSlice(t, control, w.op, workers, slice, nil)
 			}
 			ratios, ctlRatios, rates = append(ratios, p/m), append(ctlRatios, c/m), append(rates, m)
 		}

@@ -74,6 +74,10 @@ type NodeStats struct {
 	// was open; ProbeFailures counts those that failed.
 	Probes        uint64 `json:"probes"`
 	ProbeFailures uint64 `json:"probe_failures"`
+	// Slow says the node is marked slow (see Config.SlowNodeFactor);
+	// Latency is its sampled latency, zero before the first sample.
+	Slow    bool          `json:"slow"`
+	Latency time.Duration `json:"latency_ns"`
 	// ReplicaReads counts the reads the node served as a replica
 	// (Config.ReadFrom); commands of a pipeline count one each.
 	ReplicaReads uint64 `json:"replica_reads"`
@@ -82,9 +86,29 @@ type NodeStats struct {
 // Stats returns a snapshot of the client's guard state.
 func (c *Client) Stats() Stats {
 	var s Stats
-	for _, n := range c.nodes.all() {
+	s.Nodes = c.nodes.stats()
+	for _, n := range s.Nodes {
+		s.PoolExhaustions += n.PoolExhaustions
+	}
+	s.MaxConnections = c.cfg.MaxConnections
+	s.MaxLongConnections = c.cfg.MaxLongConnections
+	s.LongInUse = len(c.adm.permits)
+	s.LongExhaustions = c.adm.exhaustions.Load()
+	if t := c.topo; t != nil {
+		s.TopologyRefreshes = t.fetches.Load()
+		s.TopologyRefreshFailures = t.failures.Load()
+		s.LastRefreshDuration = time.Duration(t.lastDur.Load())
+	}
+	s.Divergence = c.div.stats()
+	return s
+}
+
+// stats returns the nodes' counters, sorted by address.
+func (s *nodeSet) stats() []NodeStats {
+	var out []NodeStats
+	for _, n := range s.all() {
 		snap := n.br.Snapshot()
-		s.Nodes = append(s.Nodes, NodeStats{
+		ns := NodeStats{
 			Addr:                n.addr,
 			State:               snap.State.String(),
 			ConsecutiveFailures: snap.ConsecutiveFailures,
@@ -95,20 +119,14 @@ func (c *Client) Stats() Stats {
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 			Probes:              n.probes.Load(),
 			ProbeFailures:       n.probeFailures.Load(),
+			Slow:                n.slow.Load(),
 			ReplicaReads:        n.replicaReads.Load(),
-		})
-		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
+		}
+		if d, _, _, ok := n.lat.Estimate(); ok {
+			ns.Latency = d
+		}
+		out = append(out, ns)
 	}
-	s.MaxConnections = c.cfg.MaxConnections
-	s.MaxLongConnections = c.cfg.MaxLongConnections
-	s.LongInUse = len(c.adm.permits)
-	s.LongExhaustions = c.adm.exhaustions.Load()
-	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Addr < s.Nodes[j].Addr })
-	if t := c.topo; t != nil {
-		s.TopologyRefreshes = t.fetches.Load()
-		s.TopologyRefreshFailures = t.failures.Load()
-		s.LastRefreshDuration = time.Duration(t.lastDur.Load())
-	}
-	s.Divergence = c.div.stats()
-	return s
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
 }
