@@ -102,6 +102,7 @@ func ObserveStats(c *redisguard.Client, mp metric.MeterProvider) (metric.Registr
 	inFlight := gauge("redisguard.node.in_flight", "Commands and pipelines in progress on the node, including those waiting for capacity.")
 	probes := counter("redisguard.node.probes", "Recovery probes sent to the node while its breaker was open.")
 	probeFailures := counter("redisguard.node.probe.failures", "Recovery probes of the node that failed.")
+	replicaReads := counter("redisguard.node.replica.reads", "Reads the node served as a replica (Config.ReadFrom).")
 	exhausted := counter("redisguard.node.pool.exhaustions", "Operations on the node refused with ErrPoolExhausted.")
 	unknown := counter("redisguard.node.outcome_unknown", "Commands on the node that ended with ErrOutcomeUnknown.")
 	longInUse := gauge("redisguard.long.in_use", "Long permits held: blocking calls in flight and open subscriptions.")
@@ -131,6 +132,7 @@ func ObserveStats(c *redisguard.Client, mp metric.MeterProvider) (metric.Registr
 			o.ObserveInt64(inFlight, n.InFlight, at)
 			o.ObserveInt64(probes, int64(n.Probes), at)
 			o.ObserveInt64(probeFailures, int64(n.ProbeFailures), at)
+			o.ObserveInt64(replicaReads, int64(n.ReplicaReads), at)
 			o.ObserveInt64(exhausted, int64(n.PoolExhaustions), at)
 			o.ObserveInt64(unknown, int64(n.OutcomeUnknown), at)
 			isSlow := int64(0)
@@ -145,7 +147,7 @@ func ObserveStats(c *redisguard.Client, mp metric.MeterProvider) (metric.Registr
 		o.ObserveInt64(refreshes, int64(st.TopologyRefreshes))
 		o.ObserveInt64(refreshFailures, int64(st.TopologyRefreshFailures))
 		return nil
-	}, breaker, opens, inFlight, probes, probeFailures, exhausted, unknown, longInUse, longExhausted, refreshes, refreshFailures, slow, latency)
+	}, breaker, opens, inFlight, probes, probeFailures, replicaReads, exhausted, unknown, longInUse, longExhausted, refreshes, refreshFailures, slow, latency)
 }
 
 // setup builds the client with both halves wired in: redisotel on its

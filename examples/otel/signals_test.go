@@ -184,6 +184,9 @@ func TestGuardSignals(t *testing.T) {
 	if _, ok := points["redisguard.node.latency{node="+srv.Addr+"}"]; !ok {
 		t.Fatalf("no latency gauge for %s", srv.Addr)
 	}
+	if v, ok := points["redisguard.node.replica.reads{node="+srv.Addr+"}"]; !ok || v != 0 {
+		t.Fatalf("replica reads of %s = %v (reported %v), want 0", srv.Addr, v, ok)
+	}
 
 	srv.Kill(t)
 	var last error
