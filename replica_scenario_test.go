@@ -115,7 +115,6 @@ func filterOps(ops []op, keep func(op) bool) []op {
 	return out
 }
 
-
 func startReplicaCluster(t *testing.T) (*redistest.Cluster, []string) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: replicaNodeTimeout})
 	keys := clusterKeys(t, cl, 200)[0]
