@@ -127,7 +127,7 @@ type replicaSetup struct {
 	what            string
 	master, replica *redistest.Server
 	keys            []string
-	stock           func(readOnly bool) redis.UniversalClient // go-redis alone, with ReadTimeout lowered
+	stock           func(readOnly bool) redis.UniversalClient // go-redis alone, with ReadTimeout lowered; readOnly: its replica routing
 	cfg             Config                                    // redisguard's default Config for the topology
 	healthy         func(t testing.TB)                        // waits until it is healthy again
 }
@@ -147,7 +147,7 @@ func checkMasterPreferred(t *testing.T, s replicaSetup) {
 		// go-redis's own replica routing reads from replicas all the time.
 		ro := s.stock(true)
 		s.healthy(t)
-		runs = append(runs, pauseUnderLoad(t, s.master, s.replica, s.keys, "go-redis ReadOnly", ro, pause, nil))
+		runs = append(runs, pauseUnderLoad(t, s.master, s.replica, s.keys, "go-redis replica routing", ro, pause, nil))
 		require.NoError(t, ro.Close())
 	}
 	s.healthy(t)
@@ -258,8 +258,11 @@ func TestScenarioSentinelReplicaServesPausedMastersReads(t *testing.T) {
 		master: g.Master, replica: g.Replica, keys: keys,
 		stock: func(readOnly bool) redis.UniversalClient {
 			if readOnly {
-				return redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: g.Addrs(),
-					ReadTimeout: replicaReadTimeout, RouteRandomly: true})
+				// ReplicaOnly sends everything to a replica, writes too
+				// (they fail READONLY). NewFailoverClusterClient, which
+				// routes reads alone, never stops its sentinel listener.
+				return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: g.Addrs(),
+					ReadTimeout: replicaReadTimeout, ReplicaOnly: true})
 			}
 			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: g.Addrs(), ReadTimeout: replicaReadTimeout})
 		},
