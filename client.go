@@ -33,6 +33,7 @@ type Client struct {
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
+	subs     *subscriptions  // live subscription connections (subscription_move.go)
 
 	// undetected is why the first contact failed, when ModeAuto could not
 	// tell a cluster node from a standalone server; nil otherwise.
@@ -106,10 +107,20 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.UniversalClient.AddHook(facadeHook{c})
 	// Subscriptions dial through the client's dial hook, on each node
 	// client in Cluster mode; registered before any node client exists.
-	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.adm}) })
-	} else {
-		c.UniversalClient.AddHook(subscriptionBudget{c.adm})
+	c.subs = newSubscriptions(c.core, c.adm, c.nodes, c.topo, c.sentinel)
+	switch cl := c.UniversalClient.(type) {
+	case *redis.ClusterClient:
+		cl.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.subs, routeAnyNode}) })
+		// Another node serves a classic subscription at once, and a
+		// sharded one once the slot map names the new owner.
+		c.nodes.onOpen = func(n *node) { c.subs.moveFrom(n.addr) }
+	case *redis.Client:
+		route := routeAsked
+		if c.sentinel != nil {
+			route = routeMaster
+			c.sentinel.leaving = c.subs.moveFrom
+		}
+		cl.AddHook(subscriptionBudget{c.subs, route})
 	}
 	if c.topo != nil {
 		cc := c.UniversalClient.(*redis.ClusterClient)
@@ -136,9 +147,13 @@ func (c *Client) Close() error {
 			c.sentinel.close()
 		}
 		longErr := c.adm.close()
+		subsErr := c.subs.close()
 		c.closeErr = c.UniversalClient.Close()
 		if c.closeErr == nil {
 			c.closeErr = longErr
+		}
+		if c.closeErr == nil {
+			c.closeErr = subsErr
 		}
 		c.log.Debug("redisguard: client closed")
 	})

@@ -52,6 +52,12 @@ const (
 	// failed; the next follows later (see Config.NodeRecoveryTime). Addr
 	// and Err say which node and why. Logged at debug level.
 	EventProbeFailed
+	// EventSubscriptionMoved: a subscription whose connection broke, or
+	// was closed because its node stopped answering, subscribed again on a
+	// new connection. Messages published during the Duration before Time
+	// may have been missed: pub/sub is at-most-once. Addr is the node it
+	// left, To the node it is on now, Channels what it is subscribed to.
+	EventSubscriptionMoved
 )
 
 func (k EventKind) String() string {
@@ -74,6 +80,8 @@ func (k EventKind) String() string {
 		return "divergence"
 	case EventProbeFailed:
 		return "probe-failed"
+	case EventSubscriptionMoved:
+		return "subscription-moved"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -105,7 +113,8 @@ type Event struct {
 	// Sentinel-managed master whose address is not known yet).
 	Addr string `json:"addr,omitempty"`
 	// Duration is how long a refresh took, how long a slot has been
-	// contested, or how long a recovered node was out.
+	// contested, how long a recovered node was out, or the window in which
+	// a moved subscription may have missed messages.
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Err is the failure, as text.
 	Err string `json:"err,omitempty"`
@@ -118,6 +127,12 @@ type Event struct {
 	// ErrClusterFailover) or "slot-map-corruption" (fail with
 	// ErrSlotMapCorruption).
 	Decision string `json:"decision,omitempty"`
+	// To is the node a subscription moved to (EventSubscriptionMoved).
+	To string `json:"to,omitempty"`
+	// Channels is what a moved subscription is subscribed to, sorted and
+	// comma-separated: "channel a, pattern p*, shard channel s"
+	// (EventSubscriptionMoved).
+	Channels string `json:"channels,omitempty"`
 }
 
 // String renders the event as one line, as a log would.
@@ -133,11 +148,15 @@ func (e Event) String() string {
 		}
 	}
 	add("addr", e.Addr)
+	add("to", e.To)
 	add("budget", string(e.Budget))
 	if e.Kind == EventDivergence {
 		add("slot", strconv.Itoa(e.Slot))
 	}
 	add("decision", e.Decision)
+	if e.Channels != "" {
+		add("channels", strconv.Quote(e.Channels))
+	}
 	if e.Duration != 0 {
 		add("duration", e.Duration.String())
 	}
@@ -152,7 +171,7 @@ func (e Event) String() string {
 // debug.
 func (e Event) level() slog.Level {
 	switch e.Kind {
-	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted:
+	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventSubscriptionMoved:
 		return slog.LevelWarn
 	case EventRefreshStarted, EventRefreshFinished, EventProbeFailed:
 		return slog.LevelDebug
@@ -186,6 +205,8 @@ func (k EventKind) message() string {
 		return "redisguard: redirect cycle on slot"
 	case EventProbeFailed:
 		return "redisguard: recovery probe failed"
+	case EventSubscriptionMoved:
+		return "redisguard: subscription moved, messages may have been missed"
 	}
 	return "redisguard: event"
 }
@@ -197,8 +218,14 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 	if e.Addr != "" {
 		out = append(out, slog.String("node", e.Addr))
 	}
+	if e.To != "" {
+		out = append(out, slog.String("to", e.To))
+	}
 	if e.Budget != "" {
 		out = append(out, slog.String("budget", string(e.Budget)))
+	}
+	if e.Channels != "" {
+		out = append(out, slog.String("channels", e.Channels))
 	}
 	if e.Kind == EventDivergence {
 		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))

@@ -1,0 +1,341 @@
+package redisguard
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscriptions knows every live subscription connection of a Client and
+// the node it was dialed to. Two things follow from that.
+//
+// Moving: when a node stops answering (its breaker opens), subscriptions
+// closes the subscription connections to it. go-redis's PubSub sees its
+// connection fail, dials again and subscribes again to the same channels,
+// patterns and shard channels, and the dial hook (subscription.go) sends it
+// where it can be served. A hung node gives no error on its own: its kernel
+// still accepts what go-redis writes, including the health check's PING, so
+// without this the subscription would wait on it for ever.
+//
+// Telling: a subscription that is re-established on a new connection, for
+// whatever reason its old one broke, may have missed the messages published
+// in between. Pub/sub is at-most-once. subscriptions reports each such move
+// once, with the channels and the window (EventSubscriptionMoved), when the
+// new connection subscribes again.
+type subscriptions struct {
+	k      *core
+	a      *admission      // the long budget every subscription connection holds a permit of
+	nodes  *nodeSet        // breakers, by address
+	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
+	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
+
+	moves atomic.Uint64 // moves reported
+
+	mu      sync.Mutex
+	conns   map[string]map[*subscriptionConn]struct{} // guarded by mu; live connections by address
+	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
+	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
+	closed  bool                                      // guarded by mu
+}
+
+// pendingMove is a subscription whose connection broke: what it was
+// subscribed to, where, and when it last received anything.
+type pendingMove struct {
+	key      string // subscriptionSet.key of what it was subscribed to
+	names    string
+	from     string
+	lastRead time.Time // start of the window in which messages may have been missed
+	broken   time.Time
+}
+
+// pendingMoveTTL bounds how long a broken subscription is waited for: one
+// closed by its user while it was broken never subscribes again.
+const pendingMoveTTL = time.Minute
+
+func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster) *subscriptions {
+	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master,
+		conns: make(map[string]map[*subscriptionConn]struct{})}
+}
+
+// track wraps conn, just dialed to addr and holding a permit, and registers it.
+func (s *subscriptions) track(conn net.Conn, addr string) *subscriptionConn {
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr}
+	c.lastRead.Store(s.k.clock.Now().UnixNano())
+	s.mu.Lock()
+	set := s.conns[addr]
+	if set == nil {
+		set = make(map[*subscriptionConn]struct{})
+		s.conns[addr] = set
+	}
+	set[c] = struct{}{}
+	s.mu.Unlock()
+	return c
+}
+
+// untrack forgets c; if c broke while subscribed, its subscription is
+// waited for on a new connection.
+func (s *subscriptions) untrack(c *subscriptionConn) {
+	subs, key := c.subscribed()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if set := s.conns[c.addr]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(s.conns, c.addr)
+		}
+	}
+	if !c.broken.Load() || key == "" {
+		return
+	}
+	now := s.k.clock.Now()
+	s.pending = slices.DeleteFunc(s.pending, func(p pendingMove) bool { return now.Sub(p.broken) > pendingMoveTTL })
+	s.pending = append(s.pending, pendingMove{key: key, names: subs, from: c.addr,
+		lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
+}
+
+// moveFrom closes every subscription connection to addr, so that go-redis
+// subscribes again elsewhere (see subscriptions). The permits come back
+// when go-redis closes the connections it finds broken.
+func (s *subscriptions) moveFrom(addr string) {
+	s.mu.Lock()
+	set := s.conns[addr]
+	delete(s.conns, addr)
+	s.mu.Unlock()
+	for c := range set {
+		c.broken.Store(true)
+		c.moved.Store(true)
+		_ = c.Conn.Close()
+	}
+	if len(set) > 0 {
+		s.k.log.Debug("redisguard: moving subscriptions off a node that stopped answering",
+			"node", addr, "connections", len(set))
+	}
+}
+
+// resubscribed is told that c now has the subscriptions key stands for; if
+// a broken subscription was waiting for exactly those, its move is done.
+func (s *subscriptions) resubscribed(c *subscriptionConn, key string) {
+	s.mu.Lock()
+	i := slices.IndexFunc(s.pending, func(p pendingMove) bool { return p.key == key })
+	if i < 0 {
+		s.mu.Unlock()
+		return
+	}
+	p := s.pending[i]
+	s.pending = slices.Delete(s.pending, i, i+1)
+	s.mu.Unlock()
+	s.moves.Add(1)
+	now := s.k.clock.Now()
+	s.k.emit(Event{Kind: EventSubscriptionMoved, Time: now, Addr: p.from, To: c.addr,
+		Channels: p.names, Duration: now.Sub(p.lastRead)})
+}
+
+// subscriptionConn is a subscription's connection. It gives its permit back
+// on its first Close, and follows what the PubSub subscribes to by reading
+// the commands go-redis writes on it.
+type subscriptionConn struct {
+	net.Conn
+	s    *subscriptions
+	addr string // the node it was dialed to
+
+	released atomic.Bool
+	closing  atomic.Bool  // Close has begun: the errors that follow are its own
+	broken   atomic.Bool  // it failed, or was closed to move it, while in use
+	moved    atomic.Bool  // moveFrom closed it
+	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
+
+	mu   sync.Mutex
+	subs subscriptionSet // guarded by mu
+}
+
+func (c *subscriptionConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.lastRead.Store(c.s.k.clock.Now().UnixNano())
+	}
+	if err != nil && !isTimeout(err) && !c.closing.Load() {
+		c.broken.Store(true)
+	}
+	return n, err
+}
+
+func (c *subscriptionConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, subscribeMark) {
+		c.mu.Lock()
+		changed := c.subs.apply(p)
+		key := c.subs.key()
+		c.mu.Unlock()
+		if changed && key != "" {
+			c.s.resubscribed(c, key)
+		}
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil && !isTimeout(err) && !c.closing.Load() {
+		c.broken.Store(true)
+	}
+	return n, err
+}
+
+func (c *subscriptionConn) Close() error {
+	c.closing.Store(true)
+	err := c.Conn.Close()
+	if c.moved.Load() && errors.Is(err, net.ErrClosed) {
+		err = nil // closed by moveFrom: for its user the connection closes now
+	}
+	if c.released.CompareAndSwap(false, true) {
+		c.s.untrack(c)
+		c.s.a.release()
+	}
+	return err
+}
+
+// NetConn lets go-redis reach the socket underneath, as it does through TLS,
+// to peek for pending push data.
+func (c *subscriptionConn) NetConn() net.Conn { return c.Conn }
+
+// subscribed returns what c is subscribed to, as a readable list and as a key.
+func (c *subscriptionConn) subscribed() (names, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs.names(), c.subs.key()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// subscribeMark is in every subscribe and unsubscribe command: all six
+// names end in "subscribe".
+var subscribeMark = []byte("subscribe\r\n")
+
+// subscriptionSet is what a connection is subscribed to, by kind: "channel",
+// "pattern" or "shard channel".
+type subscriptionSet map[string]map[string]struct{}
+
+// apply updates the set from the commands in p, as go-redis writes them
+// (RESP arrays of bulk strings, whole commands per write), and reports
+// whether it changed. What it cannot parse it leaves alone.
+func (s *subscriptionSet) apply(p []byte) bool {
+	changed := false
+	for len(p) > 0 {
+		args, rest, ok := parseCommand(p)
+		if !ok {
+			return changed
+		}
+		p = rest
+		if len(args) == 0 {
+			continue
+		}
+		kind, add := subscribeKind(strings.ToLower(args[0]))
+		if kind == "" {
+			continue
+		}
+		if *s == nil {
+			*s = make(subscriptionSet)
+		}
+		m := (*s)[kind]
+		if m == nil {
+			m = make(map[string]struct{})
+			(*s)[kind] = m
+		}
+		if !add && len(args) == 1 {
+			clear(m) // UNSUBSCRIBE with no names drops them all
+			changed = true
+		}
+		for _, name := range args[1:] {
+			if add {
+				m[name] = struct{}{}
+			} else {
+				delete(m, name)
+			}
+			changed = true
+		}
+	}
+	return changed
+}
+
+// subscribeKind maps a command name to the kind it (un)subscribes.
+func subscribeKind(cmd string) (kind string, add bool) {
+	switch cmd {
+	case "subscribe":
+		return "channel", true
+	case "unsubscribe":
+		return "channel", false
+	case "psubscribe":
+		return "pattern", true
+	case "punsubscribe":
+		return "pattern", false
+	case "ssubscribe":
+		return "shard channel", true
+	case "sunsubscribe":
+		return "shard channel", false
+	}
+	return "", false
+}
+
+// names lists the set as "channel a, channel b, pattern p*", sorted.
+func (s subscriptionSet) names() string {
+	var out []string
+	for kind, m := range s {
+		for name := range m {
+			out = append(out, kind+" "+name)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// key identifies the set; "" for an empty one.
+func (s subscriptionSet) key() string {
+	var out []string
+	for kind, m := range s {
+		for name := range m {
+			out = append(out, kind+"\x00"+name)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\x01")
+}
+
+// parseCommand reads one RESP array of bulk strings from p.
+func parseCommand(p []byte) (args []string, rest []byte, ok bool) {
+	n, p, ok := parseHeader(p, '*')
+	if !ok {
+		return nil, nil, false
+	}
+	args = make([]string, 0, n)
+	for range n {
+		var l int
+		if l, p, ok = parseHeader(p, '$'); !ok || len(p) < l+2 {
+			return nil, nil, false
+		}
+		args = append(args, string(p[:l]))
+		p = p[l+2:]
+	}
+	return args, p, true
+}
+
+// parseHeader reads "<prefix><n>\r\n" from p.
+func parseHeader(p []byte, prefix byte) (int, []byte, bool) {
+	if len(p) == 0 || p[0] != prefix {
+		return 0, nil, false
+	}
+	end := bytes.Index(p, []byte("\r\n"))
+	if end < 0 {
+		return 0, nil, false
+	}
+	n, err := strconv.Atoi(string(p[1:end]))
+	if err != nil || n < 0 || n > len(p) {
+		return 0, nil, false
+	}
+	return n, p[end+2:], true
+}
