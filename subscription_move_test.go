@@ -1,0 +1,229 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+func TestSubscriptionSetFollowsCommands(t *testing.T) {
+	cmd := func(args ...string) string { // RESP, as go-redis writes it
+		s := "*" + strconv.Itoa(len(args)) + "\r\n"
+		for _, a := range args {
+			s += "$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n"
+		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		writes  []string
+		names   string
+		changed bool // by the last write
+	}{
+		{"subscribe", []string{cmd("subscribe", "a", "b")}, "channel a, channel b", true},
+		{"every kind", []string{cmd("subscribe", "a"), cmd("psubscribe", "p*"), cmd("ssubscribe", "{s}x")},
+			"channel a, pattern p*, shard channel {s}x", true},
+		{"two commands in one write", []string{cmd("subscribe", "a") + cmd("PSUBSCRIBE", "p*")}, "channel a, pattern p*", true},
+		{"unsubscribe one", []string{cmd("subscribe", "a", "b"), cmd("unsubscribe", "a")}, "channel b", true},
+		{"unsubscribe all", []string{cmd("subscribe", "a", "b"), cmd("psubscribe", "p*"), cmd("unsubscribe")}, "pattern p*", true},
+		{"other commands", []string{cmd("subscribe", "a"), cmd("ping")}, "channel a", false},
+		{"a channel named like a command", []string{cmd("subscribe", "subscribe\r\n")}, "channel subscribe\r\n", true},
+		{"cut short", []string{cmd("subscribe", "a"), cmd("subscribe", "b")[:10]}, "channel a", false},
+		{"not RESP", []string{"subscribe\r\n"}, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s subscriptionSet
+			changed := false
+			for _, w := range tt.writes {
+				changed = s.apply([]byte(w))
+			}
+			assert.Equal(t, tt.names, s.names())
+			assert.Equal(t, tt.changed, changed)
+			assert.Equal(t, tt.names == "", s.key() == "")
+		})
+	}
+}
+
+// subscriptionsFixture is a subscriptions with a fake clock, nodes whose
+// probes never succeed, and four long permits.
+type subscriptionsFixture struct {
+	s      *subscriptions
+	clk    *clock.Fake
+	events *eventLog
+}
+
+func newSubscriptionsFixture(t *testing.T) subscriptionsFixture {
+	t.Helper()
+	events := &eventLog{}
+	cfg, err := Config{Addrs: []string{"a:1"}, MaxLongConnections: 4, OnEvent: events.onEvent}.resolve()
+	require.NoError(t, err)
+	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	k := newCore(cfg, clk)
+	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("still down") })
+	t.Cleanup(nodes.close)
+	return subscriptionsFixture{s: newSubscriptions(k, newAdmission(k, nil), nodes, nil, nil), clk: clk, events: events}
+}
+
+// dial returns a tracked connection to addr holding a permit, and the
+// server's end, whose reads are drained.
+func (f subscriptionsFixture) dial(t *testing.T, addr string) (*subscriptionConn, net.Conn) {
+	t.Helper()
+	require.NoError(t, f.s.a.acquire(context.Background()))
+	client, server := net.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, server) }()
+	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
+	return f.s.track(client, addr), server
+}
+
+func (f subscriptionsFixture) moves() []Event {
+	f.events.mu.Lock()
+	defer f.events.mu.Unlock()
+	var out []Event
+	for _, e := range f.events.events {
+		if e.Kind == EventSubscriptionMoved {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func write(t *testing.T, c net.Conn, resp string) {
+	t.Helper()
+	_, err := c.Write([]byte(resp))
+	require.NoError(t, err)
+}
+
+const (
+	subscribeX  = "*2\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n"
+	psubscribeP = "*2\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n"
+)
+
+func TestSubscriptionMoveIsToldOnce(t *testing.T) {
+	t.Run("moved off a node", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		old, _ := f.dial(t, "a:1")
+		write(t, old, subscribeX)
+		write(t, old, psubscribeP)
+		f.clk.Advance(2 * time.Second) // nothing read since: the window opens at the dial
+		f.s.moveFrom("a:1")
+		_, err := old.Read(make([]byte, 1))
+		require.Error(t, err, "a moved connection must fail its reader, so that go-redis redials")
+		assert.NoError(t, old.Close(), "closing a moved connection is no error for its user")
+		assert.Zero(t, len(f.s.a.permits), "the moved connection's permit")
+
+		f.clk.Advance(time.Second)
+		moved, _ := f.dial(t, "b:1")
+		write(t, moved, subscribeX)
+		assert.Empty(t, f.moves(), "told before the subscription was whole again")
+		write(t, moved, psubscribeP)
+		require.Len(t, f.moves(), 1)
+		e := f.moves()[0]
+		assert.Equal(t, Event{Kind: EventSubscriptionMoved, Time: f.clk.Now(), Addr: "a:1", To: "b:1",
+			Channels: "channel x, pattern p*", Duration: 3 * time.Second}, e)
+		assert.Equal(t, uint64(1), f.s.moves.Load())
+
+		other, _ := f.dial(t, "c:1")
+		write(t, other, subscribeX)
+		write(t, other, psubscribeP)
+		assert.Len(t, f.moves(), 1, "one move, one event")
+		assert.Equal(t, 2, len(f.s.a.permits))
+	})
+
+	t.Run("a connection the server dropped", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		old, server := f.dial(t, "a:1")
+		write(t, old, subscribeX)
+		require.NoError(t, server.Close())
+		_, err := old.Read(make([]byte, 1))
+		require.Error(t, err)
+		require.NoError(t, old.Close())
+		again, _ := f.dial(t, "a:1")
+		write(t, again, subscribeX)
+		require.Len(t, f.moves(), 1)
+		assert.Equal(t, "a:1", f.moves()[0].To)
+	})
+
+	t.Run("closed by its user", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		old, _ := f.dial(t, "a:1")
+		write(t, old, subscribeX)
+		require.NoError(t, old.SetReadDeadline(time.Now().Add(time.Millisecond)))
+		_, err := old.Read(make([]byte, 1))
+		require.True(t, isTimeout(err), "a read timeout is no failure of the connection")
+		require.NoError(t, old.Close())
+		next, _ := f.dial(t, "a:1")
+		write(t, next, subscribeX)
+		assert.Empty(t, f.moves(), "a new subscription to the same channels is no move")
+		assert.Equal(t, 1, len(f.s.a.permits))
+	})
+
+	t.Run("given up while broken", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		old, _ := f.dial(t, "a:1")
+		write(t, old, subscribeX)
+		f.s.moveFrom("a:1")
+		require.NoError(t, old.Close())
+		f.clk.Advance(pendingMoveTTL + time.Second)
+		other, _ := f.dial(t, "b:1")
+		write(t, other, psubscribeP)
+		other.broken.Store(true)
+		require.NoError(t, other.Close()) // registers its own move, and forgets the stale one
+		next, _ := f.dial(t, "b:1")
+		write(t, next, subscribeX)
+		assert.Empty(t, f.moves(), "a subscription closed while broken is waited for no longer than pendingMoveTTL")
+	})
+}
+
+func TestSubscriptionDialTarget(t *testing.T) {
+	f := newSubscriptionsFixture(t)
+	nodes := f.s.nodes
+	open := func(addr string) {
+		n := nodes.get(addr)
+		for n.br.State() != breaker.Open {
+			tk, err := n.br.Allow()
+			require.NoError(t, err)
+			n.br.Done(tk, breaker.Failure)
+		}
+	}
+	nodes.get("b:1")
+	open("a:1")
+	tests := []struct {
+		route subscriptionRoute
+		addr  string
+		want  string // "" for ErrNodeUnavailable
+	}{
+		{routeAsked, "a:1", "a:1"},
+		{routeAnyNode, "a:1", "b:1"},
+		{routeAnyNode, "b:1", "b:1"},
+		{routeAnyNode, "unknown:1", "unknown:1"},
+		{routeSlotOwner, "a:1", ""},
+		{routeSlotOwner, "b:1", "b:1"},
+	}
+	for _, tt := range tests {
+		got, err := f.s.target(tt.route, tt.addr)
+		if tt.want == "" {
+			var ne *NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, tt.addr, ne.Addr)
+			assert.ErrorIs(t, err, ErrNodeUnavailable)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got, "route %d, %s", tt.route, tt.addr)
+	}
+
+	open("b:1")
+	_, err := f.s.target(routeAnyNode, "a:1")
+	assert.ErrorIs(t, err, ErrNodeUnavailable, "with every node down there is nowhere to go")
+}
