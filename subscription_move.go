@@ -65,9 +65,10 @@ func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, mas
 		conns: make(map[string]map[*subscriptionConn]struct{})}
 }
 
-// track wraps conn, just dialed to addr and holding a permit, and registers it.
-func (s *subscriptions) track(conn net.Conn, addr string) *subscriptionConn {
-	c := &subscriptionConn{Conn: conn, s: s, addr: addr}
+// track wraps conn, just dialed to addr and holding a permit, and registers
+// it; sharded says its subscriptions must be on their slot's owner.
+func (s *subscriptions) track(conn net.Conn, addr string, sharded bool) *subscriptionConn {
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr, sharded: sharded}
 	c.lastRead.Store(s.k.clock.Now().UnixNano())
 	s.mu.Lock()
 	set := s.conns[addr]
@@ -83,7 +84,9 @@ func (s *subscriptions) track(conn net.Conn, addr string) *subscriptionConn {
 // untrack forgets c; if c broke while subscribed, its subscription is
 // waited for on a new connection.
 func (s *subscriptions) untrack(c *subscriptionConn) {
-	subs, key := c.subscribed()
+	c.mu.Lock()
+	subs, key, arriving := c.subs.names(), c.subs.key(), c.arriving
+	c.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if set := s.conns[c.addr]; set != nil {
@@ -92,13 +95,18 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 			delete(s.conns, c.addr)
 		}
 	}
-	if !c.broken.Load() || key == "" {
-		return
-	}
 	now := s.k.clock.Now()
 	s.pending = slices.DeleteFunc(s.pending, func(p pendingMove) bool { return now.Sub(p.broken) > pendingMoveTTL })
-	s.pending = append(s.pending, pendingMove{key: key, names: subs, from: c.addr,
-		lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
+	switch {
+	case arriving != nil:
+		// The move this connection was to complete goes on, from where it
+		// started.
+		arriving.broken = now
+		s.pending = append(s.pending, *arriving)
+	case c.broken.Load() && key != "":
+		s.pending = append(s.pending, pendingMove{key: key, names: subs, from: c.addr,
+			lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
+	}
 }
 
 // moveFrom closes every subscription connection to addr, so that go-redis
@@ -110,9 +118,7 @@ func (s *subscriptions) moveFrom(addr string) {
 	delete(s.conns, addr)
 	s.mu.Unlock()
 	for c := range set {
-		c.broken.Store(true)
-		c.moved.Store(true)
-		_ = c.Conn.Close()
+		c.breakOff()
 	}
 	if len(set) > 0 {
 		s.k.log.Debug("redisguard: moving subscriptions off a node that stopped answering",
@@ -120,31 +126,47 @@ func (s *subscriptions) moveFrom(addr string) {
 	}
 }
 
-// resubscribed is told that c now has the subscriptions key stands for; if
-// a broken subscription was waiting for exactly those, its move is done.
-func (s *subscriptions) resubscribed(c *subscriptionConn, key string) {
+// claim takes the broken subscription waiting for exactly the
+// subscriptions key stands for, if there is one: a connection subscribing
+// to them is re-establishing it.
+func (s *subscriptions) claim(key string) (*pendingMove, bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	i := slices.IndexFunc(s.pending, func(p pendingMove) bool { return p.key == key })
 	if i < 0 {
-		s.mu.Unlock()
-		return
+		return nil, false
 	}
 	p := s.pending[i]
 	s.pending = slices.Delete(s.pending, i, i+1)
-	s.mu.Unlock()
+	return &p, true
+}
+
+// arrived reports the move p, completed on a connection to addr.
+func (s *subscriptions) arrived(p *pendingMove, addr string) {
 	s.moves.Add(1)
 	now := s.k.clock.Now()
-	s.k.emit(Event{Kind: EventSubscriptionMoved, Time: now, Addr: p.from, To: c.addr,
+	s.k.emit(Event{Kind: EventSubscriptionMoved, Time: now, Addr: p.from, To: addr,
 		Channels: p.names, Duration: now.Sub(p.lastRead)})
 }
 
 // subscriptionConn is a subscription's connection. It gives its permit back
 // on its first Close, and follows what the PubSub subscribes to by reading
 // the commands go-redis writes on it.
+//
+// A move is complete, and told, at the first reply read after the
+// connection subscribed again. On a sharded subscription's connection that
+// reply may instead say that the node no longer serves the slot: an
+// unsolicited SUNSUBSCRIBE (the slot moved, or the node became a replica)
+// or, while a move is completing, a MOVED (the slot map was stale). Either
+// breaks the connection off, after forcing a slot map refresh, so that
+// go-redis subscribes again at the slot's owner. Both are recognised by
+// their bytes in the stream: a message whose payload contains them verbatim
+// costs one needless reconnect.
 type subscriptionConn struct {
 	net.Conn
-	s    *subscriptions
-	addr string // the node it was dialed to
+	s       *subscriptions
+	addr    string // the node it was dialed to
+	sharded bool   // its subscriptions belong on their slot's owner
 
 	released atomic.Bool
 	closing  atomic.Bool  // Close has begun: the errors that follow are its own
@@ -152,14 +174,31 @@ type subscriptionConn struct {
 	moved    atomic.Bool  // moveFrom closed it
 	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
 
-	mu   sync.Mutex
-	subs subscriptionSet // guarded by mu
+	mu           sync.Mutex
+	subs         subscriptionSet // guarded by mu
+	arriving     *pendingMove    // guarded by mu; the move this connection completes at its next reply
+	sunsubscribe int             // guarded by mu; SUNSUBSCRIBE replies the PubSub asked for and has not read
 }
 
 func (c *subscriptionConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.lastRead.Store(c.s.k.clock.Now().UnixNano())
+		c.mu.Lock()
+		lost := c.sharded && c.lostSlot(p[:n])
+		arrived := c.arriving
+		if !lost {
+			c.arriving = nil
+		}
+		c.mu.Unlock()
+		if lost {
+			if c.s.topo != nil {
+				c.s.topo.force()
+			}
+			c.breakOff()
+		} else if arrived != nil {
+			c.s.arrived(arrived, c.addr)
+		}
 	}
 	if err != nil && !isTimeout(err) && !c.closing.Load() {
 		c.broken.Store(true)
@@ -167,15 +206,40 @@ func (c *subscriptionConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// lostSlot reports whether p, just read, says the node no longer serves
+// the connection's shard channels (see subscriptionConn). c.mu is held.
+func (c *subscriptionConn) lostSlot(p []byte) bool {
+	for n := bytes.Count(p, sunsubscribeReply); n > 0; n-- {
+		if c.sunsubscribe == 0 {
+			return true
+		}
+		c.sunsubscribe--
+	}
+	return c.arriving != nil && (bytes.HasPrefix(p, movedReply[2:]) || bytes.Contains(p, movedReply))
+}
+
+var (
+	sunsubscribeReply = []byte("$12\r\nsunsubscribe\r\n")
+	movedReply        = []byte("\r\n-MOVED ")
+)
+
+// breakOff closes the connection under its PubSub, which then subscribes
+// again on a new one.
+func (c *subscriptionConn) breakOff() {
+	c.broken.Store(true)
+	c.moved.Store(true)
+	_ = c.Conn.Close()
+}
+
 func (c *subscriptionConn) Write(p []byte) (int, error) {
 	if bytes.Contains(p, subscribeMark) {
 		c.mu.Lock()
-		changed := c.subs.apply(p)
-		key := c.subs.key()
-		c.mu.Unlock()
-		if changed && key != "" {
-			c.s.resubscribed(c, key)
+		changed, sunsubscribe := c.subs.apply(p)
+		c.sunsubscribe += sunsubscribe
+		if key := c.subs.key(); changed && key != "" && c.arriving == nil {
+			c.arriving, _ = c.s.claim(key)
 		}
+		c.mu.Unlock()
 	}
 	n, err := c.Conn.Write(p)
 	if err != nil && !isTimeout(err) && !c.closing.Load() {
@@ -201,13 +265,6 @@ func (c *subscriptionConn) Close() error {
 // to peek for pending push data.
 func (c *subscriptionConn) NetConn() net.Conn { return c.Conn }
 
-// subscribed returns what c is subscribed to, as a readable list and as a key.
-func (c *subscriptionConn) subscribed() (names, key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.subs.names(), c.subs.key()
-}
-
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -223,13 +280,13 @@ type subscriptionSet map[string]map[string]struct{}
 
 // apply updates the set from the commands in p, as go-redis writes them
 // (RESP arrays of bulk strings, whole commands per write), and reports
-// whether it changed. What it cannot parse it leaves alone.
-func (s *subscriptionSet) apply(p []byte) bool {
-	changed := false
+// whether it changed and how many SUNSUBSCRIBE replies the server will
+// send for them. What it cannot parse it leaves alone.
+func (s *subscriptionSet) apply(p []byte) (changed bool, sunsubscribe int) {
 	for len(p) > 0 {
 		args, rest, ok := parseCommand(p)
 		if !ok {
-			return changed
+			return changed, sunsubscribe
 		}
 		p = rest
 		if len(args) == 0 {
@@ -247,6 +304,15 @@ func (s *subscriptionSet) apply(p []byte) bool {
 			m = make(map[string]struct{})
 			(*s)[kind] = m
 		}
+		if kind == shardKind && !add {
+			// One reply per name; with none, one per shard channel, or a
+			// single one if there is none.
+			if len(args) > 1 {
+				sunsubscribe += len(args) - 1
+			} else {
+				sunsubscribe += max(len(m), 1)
+			}
+		}
 		if !add && len(args) == 1 {
 			clear(m) // UNSUBSCRIBE with no names drops them all
 			changed = true
@@ -260,8 +326,10 @@ func (s *subscriptionSet) apply(p []byte) bool {
 			changed = true
 		}
 	}
-	return changed
+	return changed, sunsubscribe
 }
+
+const shardKind = "shard channel"
 
 // subscribeKind maps a command name to the kind it (un)subscribes.
 func subscribeKind(cmd string) (kind string, add bool) {
@@ -275,9 +343,9 @@ func subscribeKind(cmd string) (kind string, add bool) {
 	case "punsubscribe":
 		return "pattern", false
 	case "ssubscribe":
-		return "shard channel", true
+		return shardKind, true
 	case "sunsubscribe":
-		return "shard channel", false
+		return shardKind, false
 	}
 	return "", false
 }

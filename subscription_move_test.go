@@ -46,7 +46,7 @@ func TestSubscriptionSetFollowsCommands(t *testing.T) {
 			var s subscriptionSet
 			changed := false
 			for _, w := range tt.writes {
-				changed = s.apply([]byte(w))
+				changed, _ = s.apply([]byte(w))
 			}
 			assert.Equal(t, tt.names, s.names())
 			assert.Equal(t, tt.changed, changed)
@@ -78,12 +78,25 @@ func newSubscriptionsFixture(t *testing.T) subscriptionsFixture {
 // dial returns a tracked connection to addr holding a permit, and the
 // server's end, whose reads are drained.
 func (f subscriptionsFixture) dial(t *testing.T, addr string) (*subscriptionConn, net.Conn) {
+	return f.dialKind(t, addr, false)
+}
+
+func (f subscriptionsFixture) dialKind(t *testing.T, addr string, sharded bool) (*subscriptionConn, net.Conn) {
 	t.Helper()
 	require.NoError(t, f.s.a.acquire(context.Background()))
 	client, server := net.Pipe()
 	go func() { _, _ = io.Copy(io.Discard, server) }()
 	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
-	return f.s.track(client, addr), server
+	return f.s.track(client, addr, sharded), server
+}
+
+// reply sends resp from the server's end and reads it on c.
+func reply(t *testing.T, c, server net.Conn, resp string) {
+	t.Helper()
+	go func() { _, _ = server.Write([]byte(resp)) }()
+	buf := make([]byte, len(resp))
+	_, err := io.ReadFull(c, buf)
+	require.NoError(t, err)
 }
 
 func (f subscriptionsFixture) moves() []Event {
@@ -105,8 +118,14 @@ func write(t *testing.T, c net.Conn, resp string) {
 }
 
 const (
-	subscribeX  = "*2\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n"
-	psubscribeP = "*2\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n"
+	subscribeX     = "*2\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n"
+	psubscribeP    = "*2\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n"
+	subscribedX    = ">3\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n:1\r\n"
+	ssubscribeS    = "*2\r\n$10\r\nssubscribe\r\n$1\r\ns\r\n"
+	sunsubscribeS  = "*2\r\n$12\r\nsunsubscribe\r\n$1\r\ns\r\n"
+	ssubscribedS   = ">3\r\n$10\r\nssubscribe\r\n$1\r\ns\r\n:1\r\n"
+	sunsubscribedS = ">3\r\n$12\r\nsunsubscribe\r\n$1\r\ns\r\n:0\r\n"
+	movedS         = "-MOVED 1234 b:1\r\n"
 )
 
 func TestSubscriptionMoveIsToldOnce(t *testing.T) {
@@ -123,19 +142,22 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 		assert.Zero(t, len(f.s.a.permits), "the moved connection's permit")
 
 		f.clk.Advance(time.Second)
-		moved, _ := f.dial(t, "b:1")
+		moved, server := f.dial(t, "b:1")
 		write(t, moved, subscribeX)
-		assert.Empty(t, f.moves(), "told before the subscription was whole again")
 		write(t, moved, psubscribeP)
+		assert.Empty(t, f.moves(), "told before the server answered")
+		reply(t, moved, server, subscribedX)
 		require.Len(t, f.moves(), 1)
 		e := f.moves()[0]
 		assert.Equal(t, Event{Kind: EventSubscriptionMoved, Time: f.clk.Now(), Addr: "a:1", To: "b:1",
 			Channels: "channel x, pattern p*", Duration: 3 * time.Second}, e)
 		assert.Equal(t, uint64(1), f.s.moves.Load())
 
-		other, _ := f.dial(t, "c:1")
+		reply(t, moved, server, subscribedX)
+		other, otherServer := f.dial(t, "c:1")
 		write(t, other, subscribeX)
 		write(t, other, psubscribeP)
+		reply(t, other, otherServer, subscribedX)
 		assert.Len(t, f.moves(), 1, "one move, one event")
 		assert.Equal(t, 2, len(f.s.a.permits))
 	})
@@ -148,8 +170,9 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 		_, err := old.Read(make([]byte, 1))
 		require.Error(t, err)
 		require.NoError(t, old.Close())
-		again, _ := f.dial(t, "a:1")
+		again, server := f.dial(t, "a:1")
 		write(t, again, subscribeX)
+		reply(t, again, server, subscribedX)
 		require.Len(t, f.moves(), 1)
 		assert.Equal(t, "a:1", f.moves()[0].To)
 	})
@@ -162,8 +185,9 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 		_, err := old.Read(make([]byte, 1))
 		require.True(t, isTimeout(err), "a read timeout is no failure of the connection")
 		require.NoError(t, old.Close())
-		next, _ := f.dial(t, "a:1")
+		next, server := f.dial(t, "a:1")
 		write(t, next, subscribeX)
+		reply(t, next, server, subscribedX)
 		assert.Empty(t, f.moves(), "a new subscription to the same channels is no move")
 		assert.Equal(t, 1, len(f.s.a.permits))
 	})
@@ -179,9 +203,60 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 		write(t, other, psubscribeP)
 		other.broken.Store(true)
 		require.NoError(t, other.Close()) // registers its own move, and forgets the stale one
-		next, _ := f.dial(t, "b:1")
+		next, server := f.dial(t, "b:1")
 		write(t, next, subscribeX)
+		reply(t, next, server, subscribedX)
 		assert.Empty(t, f.moves(), "a subscription closed while broken is waited for no longer than pendingMoveTTL")
+	})
+}
+
+// A sharded subscription's connection breaks off when the server says the
+// node no longer serves its slot, and only then.
+func TestSubscriptionShardedLostSlot(t *testing.T) {
+	t.Run("a SUNSUBSCRIBE it asked for", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, server := f.dialKind(t, "a:1", true)
+		write(t, c, ssubscribeS)
+		reply(t, c, server, ssubscribedS)
+		write(t, c, sunsubscribeS)
+		reply(t, c, server, sunsubscribedS)
+		assert.False(t, c.broken.Load())
+	})
+
+	t.Run("a SUNSUBSCRIBE it did not ask for", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, server := f.dialKind(t, "a:1", true)
+		write(t, c, ssubscribeS)
+		reply(t, c, server, ssubscribedS)
+		reply(t, c, server, sunsubscribedS) // the slot moved away
+		require.True(t, c.broken.Load())
+		_, err := c.Read(make([]byte, 1))
+		require.Error(t, err, "go-redis must see the connection fail")
+		require.NoError(t, c.Close())
+
+		// The first redial finds a stale slot map; the second the owner.
+		stale, staleServer := f.dialKind(t, "a:1", true)
+		write(t, stale, ssubscribeS)
+		reply(t, stale, staleServer, movedS)
+		require.True(t, stale.broken.Load(), "a MOVED while resubscribing must break the connection off")
+		assert.Empty(t, f.moves(), "the move is not complete at a MOVED")
+		require.NoError(t, stale.Close())
+		owner, ownerServer := f.dialKind(t, "b:1", true)
+		write(t, owner, ssubscribeS)
+		reply(t, owner, ownerServer, ssubscribedS)
+		require.Len(t, f.moves(), 1)
+		assert.Equal(t, "a:1", f.moves()[0].Addr)
+		assert.Equal(t, "b:1", f.moves()[0].To)
+		assert.Equal(t, "shard channel s", f.moves()[0].Channels)
+		assert.Equal(t, 1, len(f.s.a.permits), "the moved subscription holds one permit")
+	})
+
+	t.Run("a classic connection ignores them", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, server := f.dial(t, "a:1")
+		write(t, c, subscribeX)
+		reply(t, c, server, sunsubscribedS+movedS)
+		assert.False(t, c.broken.Load())
 	})
 }
 

@@ -1,6 +1,8 @@
 package redisguard
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,4 +50,52 @@ func TestSSubscribeClusterFollowsSlotOwner(t *testing.T) {
 	_, err = c.SSubscribe(ctx, ch).Receive(ctx)
 	assert.Error(t, err, "a sharded subscription after Close")
 	noPubSubClients(t, cl.Nodes()...)
+}
+
+// A sharded subscription whose slot migrates to another master gets an
+// unsolicited SUNSUBSCRIBE from its old node; it subscribes again at the new
+// owner, and the move is told once. go-redis alone is measured beside it.
+func TestSSubscribeFollowsSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	from, to := cl.Masters[0], cl.Masters[1]
+	ch := cl.KeyOn(t, from, "sharded:migrating")
+	ctx := testCtx(t, 30*time.Second)
+	var events eventLog
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: events.onEvent})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = stock.Close() })
+	guardSub, stockSub := guard.SSubscribe(ctx, ch), stock.SSubscribe(ctx, ch)
+	guardLog, stockLog := receiveAll("redisguard", guardSub), receiveAll("go-redis", stockSub)
+	pub, stop := publishEvery(func(ctx context.Context, p string) error { return guard.SPublish(ctx, ch, p).Err() })
+	waitReceiving(t, guardLog, stockLog)
+
+	slot := redistest.Slot(ch)
+	fromID, toID := cl.NodeID(t, from), cl.NodeID(t, to)
+	require.NoError(t, to.Admin().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err())
+	require.NoError(t, from.Admin().Do(ctx, "cluster", "setslot", slot, "migrating", toID).Err())
+	for _, m := range []*redistest.Server{to, from, cl.Masters[2]} {
+		require.NoError(t, m.Admin().Do(ctx, "cluster", "setslot", slot, "node", toID).Err())
+	}
+	migrated := time.Now()
+	time.Sleep(3 * time.Second)
+	stop()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, guardSub.Close())
+	require.NoError(t, stockSub.Close())
+	<-guardLog.done
+	<-stockLog.done
+
+	from1s := migrated.Add(time.Second)
+	gg, gTotal := pub.received(guardLog, from1s)
+	sg, sTotal := pub.received(stockLog, from1s)
+	t.Logf("slot migrated: from 1s after, go-redis received %s, redisguard %s", ratio(sg, sTotal), ratio(gg, gTotal))
+	require.Positive(t, gTotal)
+	assert.Equal(t, gTotal, gg, "the sharded subscription did not follow its slot")
+	moved := events.find(EventSubscriptionMoved, func(e Event) bool { return strings.Contains(e.Channels, ch) })
+	if assert.Len(t, moved, 1) {
+		t.Logf("event: %v", moved[0])
+		assert.Equal(t, from.Addr, moved[0].Addr)
+		assert.Equal(t, to.Addr, moved[0].To)
+	}
+	assert.Zero(t, guard.Stats().LongInUse)
 }
