@@ -2,8 +2,11 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -67,6 +70,9 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 			return nil, ErrClosed
 		}
 		target, err := s.target(route, addr)
+		if err != nil && route == routeSlotOwner && errors.Is(err, ErrNodeUnavailable) {
+			target, err = s.awaitOwner(ctx, addr)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -163,4 +169,93 @@ func (s *subscriptions) healthyNode(avoid string) string {
 		return ""
 	}
 	return candidates[rand.N(len(candidates))]
+}
+
+// awaitOwner waits, at most ownerWait, for the slot map to name the node
+// that took over the slots addr served when its subscriptions were moved
+// off it, and returns that node; or for addr to answer again, and returns
+// addr. go-redis picked addr from a map that was stale; waiting here, rather
+// than refusing at once, puts the subscription on the new owner as soon as
+// redisguard's own refresh names it, instead of up to 100ms later when
+// go-redis retries. Meanwhile the PubSub's other calls, Close included,
+// wait for it.
+func (s *subscriptions) awaitOwner(ctx context.Context, addr string) (string, error) {
+	n, ok := s.nodes.lookup(addr)
+	if !ok {
+		return addr, nil
+	}
+	deadline := time.Now().Add(s.ownerWait)
+	tick := time.NewTicker(ownerPoll)
+	defer tick.Stop()
+	for {
+		if s.k.closed.Load() {
+			return "", ErrClosed
+		}
+		if n.br.State() != breaker.Open {
+			return addr, nil
+		}
+		if to := s.successor(addr); to != "" {
+			return to, nil
+		}
+		s.nodes.refused(n)
+		s.topo.trigger()
+		if !time.Now().Before(deadline) {
+			return "", n.unavailable
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// How long a sharded subscription's dial waits for its slot's new owner,
+// and how often it looks.
+const (
+	ownerWait = 500 * time.Millisecond
+	ownerPoll = 20 * time.Millisecond
+)
+
+// successor returns the one master that, in the last slot map, serves every
+// slot range addr served when its subscriptions were moved off it, if that
+// master is not addr and its breaker is not open; "" otherwise.
+func (s *subscriptions) successor(addr string) string {
+	s.mu.Lock()
+	ranges := s.owned[addr]
+	s.mu.Unlock()
+	if len(ranges) == 0 || s.topo == nil {
+		return ""
+	}
+	slots := s.topo.lastSlots()
+	to := ""
+	for _, r := range ranges {
+		i := slices.IndexFunc(slots, func(cs redis.ClusterSlot) bool { return cs.Start <= r.Start && r.Start <= cs.End })
+		if i < 0 || len(slots[i].Nodes) == 0 {
+			return ""
+		}
+		m := slots[i].Nodes[0].Addr
+		if m == addr || (to != "" && m != to) {
+			return ""
+		}
+		to = m
+	}
+	if n, ok := s.nodes.lookup(to); ok && n.br.State() == breaker.Open {
+		return ""
+	}
+	return to
+}
+
+// servedBy returns the slot ranges addr is master of in the last slot map.
+func (s *subscriptions) servedBy(addr string) []redis.ClusterSlot {
+	if s.topo == nil {
+		return nil
+	}
+	var out []redis.ClusterSlot
+	for _, cs := range s.topo.lastSlots() {
+		if len(cs.Nodes) > 0 && cs.Nodes[0].Addr == addr {
+			out = append(out, redis.ClusterSlot{Start: cs.Start, End: cs.End})
+		}
+	}
+	return out
 }

@@ -37,11 +37,14 @@ type subscriptions struct {
 	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
 	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
 
+	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
+
 	moves atomic.Uint64 // moves reported
 
 	mu      sync.Mutex
 	conns   map[string]map[*subscriptionConn]struct{} // guarded by mu; live connections by address
 	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
+	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
 	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
 	closed  bool                                      // guarded by mu
 }
@@ -61,8 +64,8 @@ type pendingMove struct {
 const pendingMoveTTL = time.Minute
 
 func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster) *subscriptions {
-	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master,
-		conns: make(map[string]map[*subscriptionConn]struct{})}
+	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, ownerWait: ownerWait,
+		conns: make(map[string]map[*subscriptionConn]struct{}), owned: make(map[string][]redis.ClusterSlot)}
 }
 
 // track wraps conn, just dialed to addr and holding a permit, and registers
@@ -113,7 +116,11 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 // subscribes again elsewhere (see subscriptions). The permits come back
 // when go-redis closes the connections it finds broken.
 func (s *subscriptions) moveFrom(addr string) {
+	served := s.servedBy(addr)
 	s.mu.Lock()
+	if len(served) > 0 {
+		s.owned[addr] = served
+	}
 	set := s.conns[addr]
 	delete(s.conns, addr)
 	s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -301,4 +302,41 @@ func TestSubscriptionDialTarget(t *testing.T) {
 	open("b:1")
 	_, err := f.s.target(routeAnyNode, "a:1")
 	assert.ErrorIs(t, err, ErrNodeUnavailable, "with every node down there is nowhere to go")
+}
+
+// A sharded subscription's dial to a master whose breaker is open goes to
+// the master that the refreshed slot map names for all of its slots.
+func TestSubscriptionShardedDialFindsNewOwner(t *testing.T) {
+	f := newSubscriptionsFixture(t)
+	f.s.topo = newTopology(f.s.k)
+	f.s.ownerWait = 0 // one look, no waiting: the map is set by hand
+	setMap := func(owners ...string) {
+		slots := []redis.ClusterSlot{
+			{Start: 0, End: 99, Nodes: []redis.ClusterNode{{Addr: owners[0]}}},
+			{Start: 100, End: 199, Nodes: []redis.ClusterNode{{Addr: owners[1]}}},
+			{Start: 200, End: 16383, Nodes: []redis.ClusterNode{{Addr: "c:1"}}},
+		}
+		f.s.topo.slots.Store(&slots)
+	}
+	setMap("a:1", "a:1")
+	f.s.moveFrom("a:1") // remembers that a:1 served 0-199
+	n := f.s.nodes.get("a:1")
+	for n.br.State() != breaker.Open {
+		tk, err := n.br.Allow()
+		require.NoError(t, err)
+		n.br.Done(tk, breaker.Failure)
+	}
+
+	_, err := f.s.awaitOwner(context.Background(), "a:1")
+	assert.ErrorIs(t, err, ErrNodeUnavailable, "the map still names the old owner")
+	setMap("b:1", "d:1")
+	_, err = f.s.awaitOwner(context.Background(), "a:1")
+	assert.ErrorIs(t, err, ErrNodeUnavailable, "its slots went to two masters: which one is unknown")
+	setMap("b:1", "b:1")
+	to, err := f.s.awaitOwner(context.Background(), "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "b:1", to)
+	f.s.k.closed.Store(true)
+	_, err = f.s.awaitOwner(context.Background(), "a:1")
+	assert.ErrorIs(t, err, ErrClosed)
 }

@@ -279,6 +279,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	for _, e := range append(moved(classic), moved(sharded)...) {
 		t.Logf("event: %v", e)
 	}
+
 	if assert.Len(t, moved(classic), 1, "the classic move must be told once") {
 		e := moved(classic)[0]
 		assert.Equal(t, owner.Addr, e.Addr)
