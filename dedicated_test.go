@@ -494,8 +494,14 @@ func TestBlockingCallFollowsPromotion(t *testing.T) {
 	both.Go(func() { guardAfter = popAfter(c, 10*time.Second) })
 	both.Go(func() { stockAfter = popAfter(stock, 10*time.Second) })
 	both.Wait()
-	t.Logf("replica promoted %v after the pause; first BLPOP served after the promotion: go-redis %v, redisguard %v",
-		promotedAfter.Round(time.Millisecond), stockAfter.Round(time.Millisecond), guardAfter.Round(time.Millisecond))
+	show := func(d time.Duration) string {
+		if d < 0 {
+			return "none within 10s"
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	t.Logf("replica promoted %v after the pause; first BLPOP served after the promotion: go-redis %s, redisguard %s",
+		promotedAfter.Round(time.Millisecond), show(stockAfter), show(guardAfter))
 	require.Positive(t, guardAfter, "no BLPOP was served by the new owner")
 	assert.LessOrEqual(t, guardAfter, 3*time.Second, "BLPOP followed the promotion too slowly")
 }
