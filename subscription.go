@@ -120,6 +120,11 @@ func (s *subscriptions) target(route subscriptionRoute, addr string) (string, er
 		}
 	}
 	if n.br.State() != breaker.Open {
+		if route == routeAnyNode && s.avoiding(addr) {
+			if alt := s.healthyNode(addr); alt != "" {
+				return alt, nil
+			}
+		}
 		return addr, nil
 	}
 	// Keep the node's prober running: it is what lets the dial through
@@ -148,7 +153,7 @@ func (s *subscriptions) healthyNode(avoid string) string {
 			return
 		}
 		seen[addr] = true
-		if n, ok := s.nodes.lookup(addr); ok && n.br.State() == breaker.Open {
+		if n, ok := s.nodes.lookup(addr); ok && n.br.State() == breaker.Open || s.avoiding(addr) {
 			return
 		}
 		candidates = append(candidates, addr)

@@ -43,6 +43,7 @@ type subscriptions struct {
 
 	mu      sync.Mutex
 	conns   map[string]map[*subscriptionConn]struct{} // guarded by mu; live connections by address
+	avoided map[string]time.Time                      // guarded by mu; nodes that left a PING unanswered, until when
 	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
 	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
 	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
@@ -65,7 +66,7 @@ const pendingMoveTTL = time.Minute
 
 func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster) *subscriptions {
 	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, ownerWait: ownerWait,
-		conns: make(map[string]map[*subscriptionConn]struct{}), owned: make(map[string][]redis.ClusterSlot)}
+		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]redis.ClusterSlot)}
 }
 
 // track wraps conn, just dialed to addr and holding a permit, and registers
@@ -133,6 +134,31 @@ func (s *subscriptions) moveFrom(addr string) {
 	}
 }
 
+// avoidFor is how long classic subscriptions are not sent to a node that
+// left a health-check PING unanswered while its breaker stayed closed.
+const avoidFor = 30 * time.Second
+
+// avoid keeps classic subscriptions off addr for avoidFor.
+func (s *subscriptions) avoid(addr string) {
+	s.mu.Lock()
+	s.avoided[addr] = s.k.clock.Now().Add(avoidFor)
+	s.mu.Unlock()
+	s.k.log.Warn("redisguard: a subscription's node did not answer its health check; moving it",
+		"node", addr)
+}
+
+// avoiding reports whether addr is to be avoided (see avoid).
+func (s *subscriptions) avoiding(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.avoided[addr]
+	if ok && !s.k.clock.Now().Before(until) {
+		delete(s.avoided, addr)
+		return false
+	}
+	return ok
+}
+
 // claim takes the broken subscription waiting for exactly the
 // subscriptions key stands for, if there is one: a connection subscribing
 // to them is re-establishing it.
@@ -180,6 +206,7 @@ type subscriptionConn struct {
 	broken   atomic.Bool  // it failed, or was closed to move it, while in use
 	moved    atomic.Bool  // moveFrom closed it
 	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
+	pingedAt atomic.Int64 // unix ns of the first PING written since the last read; 0 if none
 
 	mu           sync.Mutex
 	subs         subscriptionSet // guarded by mu
@@ -230,6 +257,24 @@ var (
 	movedReply        = []byte("\r\n-MOVED ")
 )
 
+// pingCmd is how go-redis's PubSub health check writes its PING.
+var pingCmd = []byte("*1\r\n$4\r\nping\r\n")
+
+// unanswered is told that a PING is about to be written, and reports
+// whether one written at least ReadTimeout ago has had nothing read since:
+// the node holds the connection but does not answer, as a hung one does.
+// go-redis's health check pings only while no message arrives (every 3s by
+// default), so a hung node is found at its second PING.
+func (c *subscriptionConn) unanswered() bool {
+	now := c.s.k.clock.Now().UnixNano()
+	first := c.pingedAt.Load()
+	if first == 0 || c.lastRead.Load() >= first {
+		c.pingedAt.Store(now)
+		return false
+	}
+	return now-first >= int64(c.s.k.cfg.ReadTimeout)
+}
+
 // breakOff closes the connection under its PubSub, which then subscribes
 // again on a new one.
 func (c *subscriptionConn) breakOff() {
@@ -239,6 +284,12 @@ func (c *subscriptionConn) breakOff() {
 }
 
 func (c *subscriptionConn) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, pingCmd) && c.unanswered() {
+		// go-redis's health check found nothing read since its last PING;
+		// closed, the write fails, and the health check subscribes again.
+		c.s.avoid(c.addr)
+		c.breakOff()
+	}
 	if bytes.Contains(p, subscribeMark) {
 		c.mu.Lock()
 		changed, sunsubscribe := c.subs.apply(p)

@@ -340,3 +340,51 @@ func TestSubscriptionShardedDialFindsNewOwner(t *testing.T) {
 	_, err = f.s.awaitOwner(context.Background(), "a:1")
 	assert.ErrorIs(t, err, ErrClosed)
 }
+
+// A node that holds a subscription's connection but leaves go-redis's
+// health-check PING unanswered, while its breaker stays closed, loses the
+// connection at the next PING, and classic subscriptions avoid it for a
+// while.
+func TestSubscriptionUnansweredPingMovesIt(t *testing.T) {
+	const ping = "*1\r\n$4\r\nping\r\n"
+	f := newSubscriptionsFixture(t)
+	f.s.nodes.get("a:1")
+	f.s.nodes.get("b:1")
+	c, server := f.dial(t, "a:1")
+	write(t, c, subscribeX)
+	reply(t, c, server, subscribedX)
+
+	// A quiet channel on a live node: every PING is answered.
+	for range 3 {
+		f.clk.Advance(3 * time.Second)
+		write(t, c, ping)
+		reply(t, c, server, "+PONG\r\n")
+	}
+	// A PING answered late, but before the next one, is no failure either.
+	f.clk.Advance(3 * time.Second)
+	write(t, c, ping)
+	f.clk.Advance(2 * time.Second)
+	reply(t, c, server, "+PONG\r\n")
+	f.clk.Advance(time.Second)
+	write(t, c, ping)
+	assert.False(t, c.broken.Load())
+	to, err := f.s.target(routeAnyNode, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "a:1", to)
+
+	// Then the node hangs.
+	f.clk.Advance(3 * time.Second)
+	_, err = c.Write([]byte(ping))
+	require.Error(t, err, "the PING after an unanswered one must fail, so that go-redis subscribes again")
+	assert.True(t, c.broken.Load())
+	to, err = f.s.target(routeAnyNode, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "b:1", to, "a classic subscription avoids the node")
+	to, err = f.s.target(routeSlotOwner, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "a:1", to, "a sharded one has nowhere else to go")
+	f.clk.Advance(avoidFor)
+	to, err = f.s.target(routeAnyNode, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, "a:1", to, "avoided for avoidFor only")
+}

@@ -3,6 +3,8 @@ package redisguard
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,7 +194,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	partner := replicaOf(cl, owner)
 	classic := cl.KeyOn(t, owner, "subs:classic") // go-redis subscribes on the channel's slot owner
 	sharded := cl.KeyOn(t, owner, "subs:sharded")
-	observe := pick(20*time.Second, 9*time.Second)
+	observe := pick(20*time.Second, 10*time.Second)
 	ctx := testCtx(t, time.Minute)
 
 	var events eventLog
@@ -201,12 +203,17 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = stock.Close() })
+	// A client whose only traffic is its subscription: no breaker opens for
+	// it, and it moves when the node leaves its health check unanswered.
+	lone := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(),
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 
 	subs := map[string]*redis.PubSub{
-		"redisguard classic": guard.Subscribe(ctx, classic),
-		"redisguard sharded": guard.SSubscribe(ctx, sharded),
-		"go-redis classic":   stock.Subscribe(ctx, classic),
-		"go-redis sharded":   stock.SSubscribe(ctx, sharded),
+		"redisguard classic, no other traffic": lone.Subscribe(ctx, classic),
+		"redisguard classic":                   guard.Subscribe(ctx, classic),
+		"redisguard sharded":                   guard.SSubscribe(ctx, sharded),
+		"go-redis classic":                     stock.Subscribe(ctx, classic),
+		"go-redis sharded":                     stock.SSubscribe(ctx, sharded),
 	}
 	logs := map[string]*subscriberLog{}
 	for name, ps := range subs {
@@ -227,7 +234,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	shardedPub, stopSharded := publishEvery(func(ctx context.Context, p string) error {
 		return guard.SPublish(ctx, sharded, p).Err()
 	})
-	waitReceiving(t, logs["redisguard classic"], logs["redisguard sharded"], logs["go-redis classic"], logs["go-redis sharded"])
+	waitReceiving(t, slices.Collect(maps.Values(logs))...)
 
 	paused := time.Now()
 	owner.Pause(t)
@@ -261,17 +268,25 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	sc, scTotal := classicPub.received(logs["go-redis classic"], classicFrom)
 	gs, gsTotal := shardedPub.received(logs["redisguard sharded"], shardedFrom)
 	ss, ssTotal := shardedPub.received(logs["go-redis sharded"], shardedFrom)
+	// go-redis's health check pings every 3s while nothing arrives; the
+	// second PING finds the first unanswered.
+	loneFrom := paused.Add(8 * time.Second)
+	lc, lcTotal := classicPub.received(logs["redisguard classic, no other traffic"], loneFrom)
+	sl, slTotal := classicPub.received(logs["go-redis classic"], loneFrom)
 	table(t, fmt.Sprintf("subscriptions through a hung cluster master: breaker opened %v and replica promoted %v after the pause",
 		opened.Sub(paused).Round(time.Millisecond), promotedAfter.Round(time.Millisecond)),
 		[]string{"client", "classic, from 1s after the breaker opened", "sharded, from 1s after the promotion"},
 		[]string{"go-redis", ratio(sc, scTotal), ratio(ss, ssTotal)},
 		[]string{"redisguard", ratio(gc, gcTotal), ratio(gs, gsTotal)})
+	t.Logf("classic, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
 
 	want := pick(0.99, 0.97)
 	require.Positive(t, gcTotal)
 	require.Positive(t, gsTotal)
 	assert.GreaterOrEqual(t, float64(gc)/float64(gcTotal), want, "classic subscription did not move to a healthy node")
 	assert.GreaterOrEqual(t, float64(gs)/float64(gsTotal), want, "sharded subscription did not follow the promotion")
+	require.Positive(t, lcTotal)
+	assert.GreaterOrEqual(t, float64(lc)/float64(lcTotal), want, "a subscription-only client did not move off the hung node")
 
 	moved := func(name string) []Event {
 		return events.find(EventSubscriptionMoved, func(e Event) bool { return strings.Contains(e.Channels, name) })
@@ -282,6 +297,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 
 	if assert.Len(t, moved(classic), 1, "the classic move must be told once") {
 		e := moved(classic)[0]
+		assert.WithinDuration(t, opened, e.Time, time.Second, "the classic subscription moved long after the breaker opened")
 		assert.Equal(t, owner.Addr, e.Addr)
 		assert.NotEqual(t, owner.Addr, e.To)
 		assert.Positive(t, e.Duration)
