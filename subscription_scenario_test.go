@@ -203,10 +203,10 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(),
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = stock.Close() })
-	// A client whose only traffic is its subscription: no breaker opens for
-	// it, and it moves when the node leaves its health check unanswered.
-	lone := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(),
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	// A client with the default Config whose only traffic is its
+	// subscription: no breaker opens for it, and it moves when the node
+	// leaves its health check unanswered.
+	lone := newTestClient(t, Config{Addrs: cl.Addrs()})
 
 	subs := map[string]*redis.PubSub{
 		"redisguard classic, no other traffic": lone.Subscribe(ctx, classic),
@@ -278,7 +278,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 		[]string{"client", "classic, from 1s after the breaker opened", "sharded, from 1s after the promotion"},
 		[]string{"go-redis", ratio(sc, scTotal), ratio(ss, ssTotal)},
 		[]string{"redisguard", ratio(gc, gcTotal), ratio(gs, gsTotal)})
-	t.Logf("classic, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
+	t.Logf("classic, default Config, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
 
 	want := pick(0.99, 0.97)
 	require.Positive(t, gcTotal)
