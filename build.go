@@ -23,6 +23,10 @@ import (
 //	sentinelMaster       -            client (first)    -
 //	nodeGuard            client       client            each node client
 //
+// Sharded subscriptions in Cluster mode run on a cluster client of their own
+// (subscription_sharded.go), built here too: nodeGuard, then
+// subscriptionBudget, on each node client, and no cluster-level hook.
+//
 // In Standalone and Sentinel mode nodeGuard is added here, before the
 // caller adds facadeHook, so it is the outer one and already scores the
 // long calls facadeHook hands to the long client; in Cluster mode it sits

@@ -95,7 +95,7 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 		if route == routeMaster {
 			target = conn.RemoteAddr().String() // addr is go-redis's placeholder
 		}
-		return s.track(conn, target, route == routeSlotOwner), nil
+		return s.track(conn, target, route), nil
 	}
 }
 

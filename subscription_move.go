@@ -70,9 +70,9 @@ func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, mas
 }
 
 // track wraps conn, just dialed to addr and holding a permit, and registers
-// it; sharded says its subscriptions must be on their slot's owner.
-func (s *subscriptions) track(conn net.Conn, addr string, sharded bool) *subscriptionConn {
-	c := &subscriptionConn{Conn: conn, s: s, addr: addr, sharded: sharded}
+// it; route is where its subscriptions may go (subscription.go).
+func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRoute) *subscriptionConn {
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route}
 	c.lastRead.Store(s.k.clock.Now().UnixNano())
 	s.mu.Lock()
 	set := s.conns[addr]
@@ -138,11 +138,16 @@ func (s *subscriptions) moveFrom(addr string) {
 // left a health-check PING unanswered while its breaker stayed closed.
 const avoidFor = 30 * time.Second
 
-// avoid keeps classic subscriptions off addr for avoidFor.
-func (s *subscriptions) avoid(addr string) {
+// unresponsive is told that addr left a subscription's PING unanswered: it
+// keeps classic subscriptions off addr for avoidFor, and has the slot map
+// refreshed, so that a sharded one finds a promoted replica.
+func (s *subscriptions) unresponsive(addr string) {
 	s.mu.Lock()
 	s.avoided[addr] = s.k.clock.Now().Add(avoidFor)
 	s.mu.Unlock()
+	if s.topo != nil {
+		s.topo.trigger()
+	}
 	s.k.log.Warn("redisguard: a subscription's node did not answer its health check; moving it",
 		"node", addr)
 }
@@ -199,7 +204,7 @@ type subscriptionConn struct {
 	net.Conn
 	s       *subscriptions
 	addr    string // the node it was dialed to
-	sharded bool   // its subscriptions belong on their slot's owner
+	route   subscriptionRoute
 
 	released atomic.Bool
 	closing  atomic.Bool  // Close has begun: the errors that follow are its own
@@ -219,7 +224,7 @@ func (c *subscriptionConn) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.lastRead.Store(c.s.k.clock.Now().UnixNano())
 		c.mu.Lock()
-		lost := c.sharded && c.lostSlot(p[:n])
+		lost := c.route == routeSlotOwner && c.lostSlot(p[:n])
 		arrived := c.arriving
 		if !lost {
 			c.arriving = nil
@@ -284,10 +289,12 @@ func (c *subscriptionConn) breakOff() {
 }
 
 func (c *subscriptionConn) Write(p []byte) (int, error) {
-	if bytes.HasPrefix(p, pingCmd) && c.unanswered() {
+	if c.route != routeAsked && bytes.HasPrefix(p, pingCmd) && c.unanswered() {
 		// go-redis's health check found nothing read since its last PING;
 		// closed, the write fails, and the health check subscribes again.
-		c.s.avoid(c.addr)
+		// (A lone server is left alone: there is nowhere else to go, and
+		// when it resumes it delivers what it holds.)
+		c.s.unresponsive(c.addr)
 		c.breakOff()
 	}
 	if bytes.Contains(p, subscribeMark) {

@@ -79,16 +79,16 @@ func newSubscriptionsFixture(t *testing.T) subscriptionsFixture {
 // dial returns a tracked connection to addr holding a permit, and the
 // server's end, whose reads are drained.
 func (f subscriptionsFixture) dial(t *testing.T, addr string) (*subscriptionConn, net.Conn) {
-	return f.dialKind(t, addr, false)
+	return f.dialKind(t, addr, routeAnyNode)
 }
 
-func (f subscriptionsFixture) dialKind(t *testing.T, addr string, sharded bool) (*subscriptionConn, net.Conn) {
+func (f subscriptionsFixture) dialKind(t *testing.T, addr string, route subscriptionRoute) (*subscriptionConn, net.Conn) {
 	t.Helper()
 	require.NoError(t, f.s.a.acquire(context.Background()))
 	client, server := net.Pipe()
 	go func() { _, _ = io.Copy(io.Discard, server) }()
 	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
-	return f.s.track(client, addr, sharded), server
+	return f.s.track(client, addr, route), server
 }
 
 // reply sends resp from the server's end and reads it on c.
@@ -216,7 +216,7 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 func TestSubscriptionShardedLostSlot(t *testing.T) {
 	t.Run("a SUNSUBSCRIBE it asked for", func(t *testing.T) {
 		f := newSubscriptionsFixture(t)
-		c, server := f.dialKind(t, "a:1", true)
+		c, server := f.dialKind(t, "a:1", routeSlotOwner)
 		write(t, c, ssubscribeS)
 		reply(t, c, server, ssubscribedS)
 		write(t, c, sunsubscribeS)
@@ -226,7 +226,7 @@ func TestSubscriptionShardedLostSlot(t *testing.T) {
 
 	t.Run("a SUNSUBSCRIBE it did not ask for", func(t *testing.T) {
 		f := newSubscriptionsFixture(t)
-		c, server := f.dialKind(t, "a:1", true)
+		c, server := f.dialKind(t, "a:1", routeSlotOwner)
 		write(t, c, ssubscribeS)
 		reply(t, c, server, ssubscribedS)
 		reply(t, c, server, sunsubscribedS) // the slot moved away
@@ -236,13 +236,13 @@ func TestSubscriptionShardedLostSlot(t *testing.T) {
 		require.NoError(t, c.Close())
 
 		// The first redial finds a stale slot map; the second the owner.
-		stale, staleServer := f.dialKind(t, "a:1", true)
+		stale, staleServer := f.dialKind(t, "a:1", routeSlotOwner)
 		write(t, stale, ssubscribeS)
 		reply(t, stale, staleServer, movedS)
 		require.True(t, stale.broken.Load(), "a MOVED while resubscribing must break the connection off")
 		assert.Empty(t, f.moves(), "the move is not complete at a MOVED")
 		require.NoError(t, stale.Close())
-		owner, ownerServer := f.dialKind(t, "b:1", true)
+		owner, ownerServer := f.dialKind(t, "b:1", routeSlotOwner)
 		write(t, owner, ssubscribeS)
 		reply(t, owner, ownerServer, ssubscribedS)
 		require.Len(t, f.moves(), 1)
@@ -387,4 +387,14 @@ func TestSubscriptionUnansweredPingMovesIt(t *testing.T) {
 	to, err = f.s.target(routeAnyNode, "a:1")
 	require.NoError(t, err)
 	assert.Equal(t, "a:1", to, "avoided for avoidFor only")
+
+	// A lone server keeps the connection: there is nowhere else to go.
+	lone, loneServer := f.dialKind(t, "a:1", routeAsked)
+	write(t, lone, subscribeX)
+	reply(t, lone, loneServer, subscribedX)
+	for range 3 {
+		f.clk.Advance(3 * time.Second)
+		write(t, lone, ping)
+	}
+	assert.False(t, lone.broken.Load())
 }
