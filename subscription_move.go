@@ -202,9 +202,9 @@ func (s *subscriptions) arrived(p *pendingMove, addr string) {
 // costs one needless reconnect.
 type subscriptionConn struct {
 	net.Conn
-	s       *subscriptions
-	addr    string // the node it was dialed to
-	route   subscriptionRoute
+	s     *subscriptions
+	addr  string // the node it was dialed to
+	route subscriptionRoute
 
 	released atomic.Bool
 	closing  atomic.Bool  // Close has begun: the errors that follow are its own
