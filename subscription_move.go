@@ -254,12 +254,16 @@ func (c *subscriptionConn) lostSlot(p []byte) bool {
 		}
 		c.sunsubscribe--
 	}
-	return c.arriving != nil && (bytes.HasPrefix(p, movedReply[2:]) || bytes.Contains(p, movedReply))
+	// A MOVED with a confirmation beside it is one of several slots'
+	// commands: the connection serves the others.
+	return c.arriving != nil && (bytes.HasPrefix(p, movedReply[2:]) || bytes.Contains(p, movedReply)) &&
+		!bytes.Contains(p, ssubscribeReply)
 }
 
 var (
 	sunsubscribeReply = []byte("$12\r\nsunsubscribe\r\n")
 	movedReply        = []byte("\r\n-MOVED ")
+	ssubscribeReply   = []byte("$10\r\nssubscribe\r\n")
 )
 
 // pingCmd is how go-redis's PubSub health check writes its PING.
@@ -297,15 +301,28 @@ func (c *subscriptionConn) Write(p []byte) (int, error) {
 		c.s.unresponsive(c.addr)
 		c.breakOff()
 	}
-	if bytes.Contains(p, subscribeMark) {
-		c.mu.Lock()
-		changed, sunsubscribe := c.subs.apply(p)
-		c.sunsubscribe += sunsubscribe
-		if key := c.subs.key(); changed && key != "" && c.arriving == nil {
-			c.arriving, _ = c.s.claim(key)
-		}
-		c.mu.Unlock()
+	if !bytes.Contains(p, subscribeMark) {
+		return c.write(p)
 	}
+	c.mu.Lock()
+	changed, sunsubscribe := c.subs.apply(p)
+	c.sunsubscribe += sunsubscribe
+	if key := c.subs.key(); changed && key != "" && c.arriving == nil {
+		c.arriving, _ = c.s.claim(key)
+	}
+	c.mu.Unlock()
+	if c.route == routeSlotOwner || c.route == routeAnyNode {
+		if q, ok := splitBySlot(p); ok {
+			if _, err := c.write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return c.write(p)
+}
+
+func (c *subscriptionConn) write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if err != nil && !isTimeout(err) && !c.closing.Load() {
 		c.broken.Store(true)

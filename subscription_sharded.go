@@ -2,6 +2,8 @@ package redisguard
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,4 +62,91 @@ func (s *subscriptions) close() error {
 		return nil
 	}
 	return cc.Close()
+}
+
+// splitBySlot rewrites the SSUBSCRIBE and SUNSUBSCRIBE commands in p whose
+// channels hash to several slots into one command per slot, which Redis
+// answers exactly as the one command (a reply per channel) but without
+// CROSSSLOT. go-redis sends all of a PubSub's shard channels in one
+// SSUBSCRIBE when it subscribes again, and passes SSubscribe's channels on
+// as given. The other commands in p are kept byte for byte. It reports
+// whether it rewrote anything; p is not modified.
+func splitBySlot(p []byte) ([]byte, bool) {
+	var out []byte
+	split := false
+	for rest := p; len(rest) > 0; {
+		args, next, ok := parseCommand(rest)
+		if !ok {
+			return p, false
+		}
+		cmd := rest[:len(rest)-len(next)]
+		rest = next
+		if len(args) < 3 {
+			out = append(out, cmd...)
+			continue
+		}
+		if kind, _ := subscribeKind(strings.ToLower(args[0])); kind != shardKind {
+			out = append(out, cmd...)
+			continue
+		}
+		bySlot := map[int][]string{}
+		var order []int
+		for _, ch := range args[1:] {
+			s := channelSlot(ch)
+			if _, seen := bySlot[s]; !seen {
+				order = append(order, s)
+			}
+			bySlot[s] = append(bySlot[s], ch)
+		}
+		if len(order) == 1 {
+			out = append(out, cmd...)
+			continue
+		}
+		split = true
+		for _, s := range order {
+			out = appendCommand(out, args[0], bySlot[s])
+		}
+	}
+	if !split {
+		return p, false
+	}
+	return out, true
+}
+
+// appendCommand appends name and args to b as a RESP array of bulk strings.
+func appendCommand(b []byte, name string, args []string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(1+len(args)), 10)
+	b = append(b, "\r\n"...)
+	for _, a := range append([]string{name}, args...) {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, a...)
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
+// channelSlot is the cluster hash slot of a shard channel, as of a key:
+// CRC16 (XMODEM) of its hash tag, or of the whole name without one, mod
+// 16384.
+func channelSlot(name string) int {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			name = name[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(name); k++ {
+		crc ^= uint16(name[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }

@@ -2,6 +2,8 @@ package redisguard
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +100,90 @@ func TestSSubscribeFollowsSlotMigration(t *testing.T) {
 		assert.Equal(t, to.Addr, moved[0].To)
 	}
 	assert.Zero(t, guard.Stats().LongInUse)
+}
+
+func TestChannelSlot(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		slot int
+	}{
+		{"123456789", 0x31C3}, // CRC16/XMODEM's check value
+		{"foo", 12182},
+		{"{user1000}.following", channelSlot("user1000")},
+		{"foo{}{bar}", channelSlot("foo{}{bar}")}, // an empty tag hashes the whole name
+		{"", 0},
+	} {
+		assert.Equal(t, tt.slot, channelSlot(tt.name), tt.name)
+		assert.Equal(t, redistest.Slot(tt.name), channelSlot(tt.name), "%s: the harness's slot", tt.name)
+	}
+}
+
+func TestSplitBySlot(t *testing.T) {
+	cmd := func(args ...string) string { return string(appendCommand(nil, args[0], args[1:])) }
+	a, b := "{a}x", "{b}x" // two slots
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{"one slot", cmd("ssubscribe", a, "{a}y"), ""},
+		{"two slots", cmd("ssubscribe", a, b, "{a}y"), cmd("ssubscribe", a, "{a}y") + cmd("ssubscribe", b)},
+		{"sunsubscribe", cmd("sunsubscribe", b, a), cmd("sunsubscribe", b) + cmd("sunsubscribe", a)},
+		{"classic channels are not slotted", cmd("subscribe", a, b), ""},
+		{"beside other commands", cmd("subscribe", "c") + cmd("SSUBSCRIBE", a, b) + cmd("ping"),
+			cmd("subscribe", "c") + cmd("SSUBSCRIBE", a) + cmd("SSUBSCRIBE", b) + cmd("ping")},
+		{"cut short", cmd("ssubscribe", a, b)[:20], ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := splitBySlot([]byte(tt.in))
+			if tt.want == "" {
+				assert.False(t, ok)
+				assert.Equal(t, tt.in, string(got))
+				return
+			}
+			assert.True(t, ok)
+			assert.Equal(t, tt.want, string(got))
+		})
+	}
+}
+
+// Shard channels in several slots of one master, subscribed together, and
+// subscribed again after the connection is killed: go-redis sends them in one
+// SSUBSCRIBE each time, which Redis refuses with CROSSSLOT.
+func TestSSubscribeSeveralSlotsOfOneNode(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	owner := cl.Masters[1]
+	first := cl.KeyOn(t, owner, "sharded:first")
+	second := cl.KeyOn(t, owner, "sharded:second")
+	require.NotEqual(t, redistest.Slot(first), redistest.Slot(second))
+	ctx := testCtx(t, 30*time.Second)
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = stock.Close() })
+
+	stockSub := stock.SSubscribe(ctx, first, second)
+	defer stockSub.Close()
+	_, stockErr := stockSub.Receive(ctx)
+	t.Logf("go-redis alone: %v", stockErr)
+
+	ps := c.SSubscribe(ctx, first, second)
+	defer ps.Close()
+	receiveBoth := func() {
+		t.Helper()
+		got := map[string]bool{}
+		for len(got) < 2 {
+			_ = c.SPublish(ctx, first, "1").Err()
+			_ = c.SPublish(ctx, second, "2").Err()
+			msg, err := ps.ReceiveTimeout(ctx, time.Second)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			require.NoError(t, err)
+			if m, ok := msg.(*redis.Message); ok {
+				got[m.Channel] = true
+			}
+		}
+	}
+	receiveBoth()
+	require.NoError(t, owner.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+	receiveBoth()
 }
