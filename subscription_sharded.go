@@ -12,9 +12,10 @@ import (
 // In Cluster mode the subscription follows its slot's owner: when the
 // owner stops answering, its connection is closed, and go-redis subscribes
 // again at the owner the refreshed slot map names, once the replica is
-// promoted (or the old owner answers again). Until then its dials are
-// refused at once. All the channels of one SSubscribe must hash to one
-// slot, as in Redis.
+// promoted (or the old owner answers again); until then its dials are
+// refused. Channels in several slots are subscribed with one SSUBSCRIBE per
+// slot, so no CROSSSLOT comes back; they must still be served by one node,
+// since a PubSub has one connection.
 //
 // go-redis gives a subscription no way to tell its kind at the moment it
 // dials, so in Cluster mode sharded subscriptions run on a go-redis cluster
