@@ -94,6 +94,16 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 		}
 		if route == routeMaster {
 			target = conn.RemoteAddr().String() // addr is go-redis's placeholder
+			if n, ok := s.nodes.lookup(target); ok && n.br.State() == breaker.Open {
+				// go-redis's sentinel still names the master redisguard
+				// has moved away from: refused here, the dial does not
+				// reach sentinelMaster's hook, which would take it for
+				// the master again.
+				_ = conn.Close()
+				s.a.release()
+				s.nodes.refused(n)
+				return nil, n.unavailable
+			}
 		}
 		return s.track(conn, target, route), nil
 	}

@@ -329,24 +329,31 @@ func TestScenarioSubscriptionsFollowSentinelFailover(t *testing.T) {
 		ReadTimeout: recoveryReadTimeout})
 	t.Cleanup(func() { _ = stock.Close() })
 
+	// The default Config, and no traffic but the subscription: it moves
+	// when the master leaves its health check unanswered.
+	lone := newTestClient(t, Config{Mode: ModeSentinel, MasterName: g.MasterName, Addrs: g.Addrs()})
+
 	const channel = "subs:sentinel"
-	guardSub, stockSub := guard.Subscribe(ctx, channel), stock.Subscribe(ctx, channel)
+	guardSub, stockSub, loneSub := guard.Subscribe(ctx, channel), stock.Subscribe(ctx, channel), lone.Subscribe(ctx, channel)
 	guardLog, stockLog := receiveAll("redisguard", guardSub), receiveAll("go-redis", stockSub)
+	loneLog := receiveAll("redisguard, default Config, subscription only", loneSub)
 	pub, stop := publishEvery(func(ctx context.Context, p string) error { return guard.Publish(ctx, channel, p).Err() })
-	waitReceiving(t, guardLog, stockLog)
+	waitReceiving(t, guardLog, stockLog, loneLog)
 
 	old := g.Master.Addr
 	paused := time.Now()
 	g.Master.Pause(t)
 	named := waitNewMaster(t, g.Sentinels, old)
-	time.Sleep(pick(10*time.Second, 4*time.Second))
+	time.Sleep(time.Until(paused.Add(pick(15*time.Second, 10*time.Second))))
 	stop()
 	time.Sleep(500 * time.Millisecond)
 	inUse := guard.Stats().LongInUse
 	require.NoError(t, guardSub.Close())
 	require.NoError(t, stockSub.Close())
+	require.NoError(t, loneSub.Close())
 	<-guardLog.done
 	<-stockLog.done
+	<-loneLog.done
 
 	from := named.Add(time.Second)
 	gg, gTotal := pub.received(guardLog, from)
@@ -356,6 +363,12 @@ func TestScenarioSubscriptionsFollowSentinelFailover(t *testing.T) {
 		[]string{"client", "received, from 1s after the new master was named"},
 		[]string{"go-redis", ratio(sg, sTotal)},
 		[]string{"redisguard", ratio(gg, gTotal)})
+	loneFrom := paused.Add(8 * time.Second)
+	lg, lTotal := pub.received(loneLog, loneFrom)
+	sl, slTotal := pub.received(stockLog, loneFrom)
+	t.Logf("default Config, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lg, lTotal))
+	require.Positive(t, lTotal)
+	assert.GreaterOrEqual(t, float64(lg)/float64(lTotal), pick(0.99, 0.97), "a subscription-only client did not follow the new master")
 	require.Positive(t, gTotal)
 	assert.GreaterOrEqual(t, float64(gg)/float64(gTotal), pick(0.99, 0.97), "the subscription did not follow the new master")
 	moved := events.find(EventSubscriptionMoved, func(e Event) bool { return strings.Contains(e.Channels, channel) })
