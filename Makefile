@@ -4,7 +4,7 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: test bench scenarios chaos lint demo
+.PHONY: test bench bench-scale scenarios chaos lint demo
 
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -14,6 +14,13 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^TestHealthyPathRatio$$' .
+
+# Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
+# and 12 masters started locally), idle cost and topology refresh. Several
+# minutes; rewrites the generated section of docs/performance.md and its
+# charts. REDISGUARD_BENCH_SCALE=quick runs a short smoke version.
+bench-scale:
+	REDISGUARD_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestBenchScale$$' .
 
 # The fault scenarios at full length, without -race, with the issues' strict
 # targets; the README's figures come from here.

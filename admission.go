@@ -62,6 +62,12 @@ type admission struct {
 	guard func(addr string) nodeGuard
 	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
 	noUnblock atomic.Bool
+	// hooks are the Client's hooks a dedicated connection carries.
+	hooks *clientHooks
+	// gen counts Instrument calls: a dedicated connection or shell built
+	// before the latest is closed rather than reused, so that every later
+	// call runs on a connection the extension reaches. Written under mu.
+	gen atomic.Uint64
 	// nodeDown, if set, reports whether the breaker of the node at addr is
 	// open: a cancelled call there is cut off at once (see interrupt).
 	nodeDown func(addr string) bool
@@ -70,6 +76,7 @@ type admission struct {
 	closed bool                    // guarded by mu
 	long   redis.UniversalClient   // guarded by mu; nil until the first long call
 	idle   map[string][]*dedicated // guarded by mu; dedicated connections not in use, by node address
+	shells map[string][]*shell     // guarded by mu; shells free for a new dedicated connection, by node address
 	live   map[*dedicated]struct{} // guarded by mu; every open dedicated connection, idle or in use
 	loops  sync.WaitGroup          // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
@@ -81,6 +88,7 @@ func newAdmission(k *core, newLong func() (redis.UniversalClient, func(string) n
 		permits: make(chan struct{}, k.cfg.MaxLongConnections),
 		closing: make(chan struct{}),
 		idle:    make(map[string][]*dedicated),
+		shells:  make(map[string][]*shell),
 		live:    make(map[*dedicated]struct{}),
 	}
 }
@@ -125,6 +133,44 @@ func (a *admission) client() (redis.UniversalClient, error) {
 	return a.long, nil
 }
 
+// instrument runs apply with the long client (nil until built) while no
+// long client or dedicated connection is being built, then closes the idle
+// dedicated connections, built without the extension apply adds; those in
+// use are closed when their calls end (put).
+func (a *admission) instrument(apply func(long redis.UniversalClient) error) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	err := apply(a.long)
+	a.gen.Add(1)
+	idle, shells := a.idle, a.shells
+	a.idle, a.shells = make(map[string][]*dedicated), make(map[string][]*shell)
+	for _, list := range idle {
+		for _, d := range list {
+			delete(a.live, d)
+		}
+	}
+	a.mu.Unlock()
+	closeAll(idle, shells)
+	return err
+}
+
+// closeAll closes idle dedicated connections and free shells.
+func closeAll(idle map[string][]*dedicated, shells map[string][]*shell) {
+	for _, list := range idle {
+		for _, d := range list {
+			d.close()
+		}
+	}
+	for _, list := range shells {
+		for _, sh := range list {
+			_ = sh.client.Close()
+		}
+	}
+}
+
 // close ends the long budget: permit waiters and interrupts return, every
 // dedicated connection is closed, which cuts short the calls running on
 // them (their callers then discard them), and so is the long client.
@@ -136,17 +182,13 @@ func (a *admission) close() error {
 	}
 	a.closed = true
 	close(a.closing)
-	idle, live, long := a.idle, a.live, a.long
-	a.idle, a.live = nil, nil
+	idle, live, shells, long := a.idle, a.live, a.shells, a.long
+	a.idle, a.live, a.shells = nil, nil, nil
 	a.mu.Unlock()
 	for d := range live {
 		d.sever()
 	}
-	for _, list := range idle {
-		for _, d := range list {
-			d.close()
-		}
-	}
+	closeAll(idle, shells)
 	var err error
 	if long != nil {
 		err = long.Close() // fails the CLIENT UNBLOCKs in flight at once

@@ -608,7 +608,7 @@ func BenchmarkAdmissionBlocking(b *testing.B) {
 	require.NoError(b, err)
 	node := long.(*redis.Client)
 	own := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	c.adm.put(&dedicated{control: node, client: own, conn: own.Conn(), id: 1}, true)
+	c.adm.put(&dedicated{control: node, sh: &shell{client: own}, conn: own.Conn(), id: 1}, true)
 	ctx := context.Background()
 	cmd := redis.NewStringSliceCmd(ctx, "blpop", "list", 1)
 	b.ReportAllocs()

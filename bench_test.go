@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,11 +69,11 @@ func BenchmarkPipeline100(b *testing.B) {
 	}
 }
 
-func getOp(ctx context.Context, c redis.UniversalClient) error { return c.Get(ctx, "bench:key").Err() }
-func setOp(ctx context.Context, c redis.UniversalClient) error {
+func getOp(ctx context.Context, c redis.Cmdable) error { return c.Get(ctx, "bench:key").Err() }
+func setOp(ctx context.Context, c redis.Cmdable) error {
 	return c.Set(ctx, "bench:key", "value", 0).Err()
 }
-func pipelineOp(ctx context.Context, c redis.UniversalClient) error {
+func pipelineOp(ctx context.Context, c redis.Cmdable) error {
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range 100 {
 			p.Get(ctx, "bench:pipe:"+strconv.Itoa(i%10))
@@ -87,7 +86,7 @@ func pipelineOp(ctx context.Context, c redis.UniversalClient) error {
 	return err
 }
 
-func parallelOp(b *testing.B, c redis.UniversalClient, op func(context.Context, redis.UniversalClient) error) {
+func parallelOp(b *testing.B, c redis.UniversalClient, op func(context.Context, redis.Cmdable) error) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -129,12 +128,12 @@ func TestHealthyPathRatio(t *testing.T) {
 	for _, target := range benchTargets(t) {
 		for _, w := range []struct {
 			name string
-			op   func(context.Context, redis.UniversalClient) error
+			op   func(context.Context, redis.Cmdable) error
 		}{{"GET", getOp}, {"SET", setOp}, {"pipeline of 100", pipelineOp}} {
 			var ratios, ctlRatios, defRatios []float64
 			rate := map[string][]float64{}
 			run := func(c redis.UniversalClient, name string) float64 {
-				r := timedOps(t, c, w.op, workers, ratioSlice)
+				r := timedSlice(t, c, w.op, workers, ratioSlice, nil)
 				rate[name] = append(rate[name], r)
 				return r
 			}
@@ -164,35 +163,6 @@ func TestHealthyPathRatio(t *testing.T) {
 	table(t, fmt.Sprintf("healthy path: %d rounds of %v timed runs, %d callers (GOMAXPROCS %d); ratio = redisguard/go-redis throughput",
 		rounds, ratioSlice, workers, runtime.GOMAXPROCS(0)),
 		[]string{"topology", "workload", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
-}
-
-// timedOps runs op on c from workers goroutines for d and returns the
-// operations completed per second.
-func timedOps(t *testing.T, c redis.UniversalClient, op func(context.Context, redis.UniversalClient) error, workers int, d time.Duration) float64 {
-	ctx := context.Background()
-	counts := make([]int64, workers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	end := start.Add(d)
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				if err := op(ctx, c); err != nil {
-					t.Error(err)
-					return
-				}
-				counts[i]++
-			}
-		}()
-	}
-	wg.Wait()
-	var n int64
-	for _, x := range counts {
-		n += x
-	}
-	return float64(n) / time.Since(start).Seconds()
 }
 
 // benchTargets starts a standalone server and a 3-master cluster and builds
@@ -288,7 +258,7 @@ func TestGetAllocatesNoMoreThanGoRedis(t *testing.T) {
 // are composed as build installs them in Standalone mode and end in a no-op
 // where go-redis would write to the socket.
 func BenchmarkHookPath(b *testing.B) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close() })
 	guard := c.nodes.guard("127.0.0.1:1")
@@ -297,6 +267,16 @@ func BenchmarkHookPath(b *testing.B) {
 
 	b.Run("ordinary", func(b *testing.B) {
 		process := guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return nil }))
+		cmd := redis.NewStringCmd(ctx, "get", "key")
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = process(ctx, cmd)
+		}
+	})
+	b.Run("ordinary-with-user-layer", func(b *testing.B) {
+		// The layer that runs AddHook's hooks, with none added: what every
+		// command pays for the possibility.
+		process := c.hooks.user.layer(true).ProcessHook(guard.ProcessHook(facade.ProcessHook(func(context.Context, redis.Cmder) error { return nil })))
 		cmd := redis.NewStringCmd(ctx, "get", "key")
 		b.ReportAllocs()
 		for b.Loop() {

@@ -1,55 +1,206 @@
 package redisguard
 
 import (
+	"time"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// newGoRedis is the one place that builds a go-redis client: it assembles
-// the client that k's Config describes, with poolSize connections per node,
-// and installs the node guards of nodes on it: on the single server in
+// clientKind names the go-redis clients a Client runs.
+type clientKind uint8
+
+const (
+	// clientOrdinary is the embedded client: every command a user sends
+	// enters here.
+	clientOrdinary clientKind = iota
+	// clientLong runs blocking calls and the batches holding one (admission.go),
+	// built on the first such call.
+	clientLong
+	// clientDedicated is one long connection to one node (dedicated.go).
+	clientDedicated
+	// clientProbe sends one command on a fresh connection to one address:
+	// recovery probes, ROLE checks, the first contact of ModeAuto.
+	clientProbe
+	// clientSentinelQuestion asks one sentinel where the master is.
+	clientSentinelQuestion
+	// clientSharded runs the sharded subscriptions of a Cluster-mode Client
+	// (subscription_sharded.go), built on the first SSubscribe.
+	clientSharded
+)
+
+// clientSpec says which go-redis client newGoRedis builds and what that
+// kind of client needs; fields another kind does not use stay zero.
+type clientSpec struct {
+	kind clientKind
+
+	// Ordinary and long clients.
+	k        *core
+	nodes    *nodeSet     // whose guards the client, or each node client, carries
+	poolSize int          // connections per node
+	hooks    *clientHooks // the Client's own hooks; dedicated clients too
+
+	// Dedicated, probe and sentinel-question clients.
+	base *redis.Options // the handshake to copy: credentials, TLS, database, name
+	addr string         // probe, sentinel question: where to connect
+	wait time.Duration  // probe, sentinel question: the bound on each step
+
+	// Dedicated clients.
+	guard  nodeGuard  // the node's guard
+	socket socketHook // hands the dialled socket to the dedicated connection
+}
+
+// clientHooks are the hooks a Client installs around the node guards of its
+// ordinary and long clients.
+type clientHooks struct {
+	user     *userHooks         // Client.AddHook's hooks: outermost on every client
+	ext      *extensions        // Client.Instrument's functions: long and dedicated clients get them when built
+	facade   facadeHook         // ordinary client
+	budget   subscriptionBudget // ordinary client (its node clients in Cluster mode)
+	div      divergenceHook     // Cluster mode
+	topo     *topology          // Cluster mode: the single-flight slot-map cache
+	sentinel *sentinelMaster    // Sentinel mode
+}
+
+// hookable is what every go-redis client newGoRedis builds can do; the
+// caller knows the concrete type its kind builds.
+type hookable interface {
+	AddHook(redis.Hook)
+	Close() error
+}
+
+// newGoRedis builds the go-redis client s describes and installs its hooks:
+// every go-redis client a Client runs comes from here, so the option
+// derivation of each kind and the hook order below have one home.
+//
+//   - ordinary: the client k's Config describes, poolSize connections per node.
+//   - long: the same with its own pool size, without what only ordinary
+//     traffic wants (longOnly); in Cluster mode its batches are read without
+//     the cluster's ReadTimeout (admission sets their deadline).
+//   - dedicated: base with a pool of one, no client-side cache and no read
+//     timeout of its own (the socket caps every read, see socketHook).
+//   - probe and sentinel question: base, or the sentinels' handshake, at
+//     addr, each step bounded by wait, never retried, closed after use; a
+//     probe runs no OnConnect and no client-side cache.
+//
+// The hooks of each client, outermost first. [sentinelMaster] is there in
+// Sentinel mode only; "dials" marks a userLayer that runs the user's dial
+// hooks alone; "no breakers" a guard whose breakers are turned off (see
+// longClient); extensions are the hooks Instrument's functions add, which
+// go-redis appends innermost (on node clients, for a cluster client).
+//
+//	Standalone, Sentinel
+//	  ordinary    userLayer, [sentinelMaster], nodeGuard, facadeHook, subscriptionBudget, extensions
+//	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
+//	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
+//	Cluster
+//	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget, extensions
+//	  long        cluster client: stepCountHook, divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, extensions
+//	  sharded     cluster client: stepCountHook, divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
+//	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
+//	probe, sentinel question: none
+//
+// The user's hooks (Client.AddHook) are outermost, so they see each command
+// once, with the error the caller gets; their process and pipeline hooks run
+// on the ordinary client alone, where every command enters, so a blocking
+// command that facadeHook hands to the long client is not seen again there.
+// Extensions sit innermost and see what go-redis sends and returns: a
+// blocking command once, on its dedicated connection.
+//
+// In Standalone and Sentinel mode nodeGuard is outside facadeHook: it
+// already admits and scores the long calls facadeHook hands to the long
+// client, whose guards therefore have no breakers. In Cluster mode the node
+// is only known on the node clients, so nodeGuard sits there, inside every
+// cluster-level hook. One order for every mode would move the scoring of
+// Standalone blocking calls from the ordinary client's guard to the long
+// client's: a change of behaviour (isExhaustion, the reset retry and the
+// dedicated set-up marks rely on it), not of shape.
+func newGoRedis(s clientSpec) hookable {
+	switch s.kind {
+	case clientOrdinary, clientLong, clientSharded:
+		cl := newNodeClient(s)
+		if s.kind != clientOrdinary {
+			s.hooks.ext.apply(cl)
+		}
+		return cl
+	case clientDedicated:
+		opt := *s.base
+		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
+		withoutCache(&opt) // blocking calls are no cacheable reads; OnConnect does run
+		opt.PipelinePoolSize = noPipelinePool
+		opt.MaxRetries = -1             // base was resolved once already: 0 would now mean three
+		opt.ReadTimeout = noReadTimeout // the socket caps every read instead
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		cl := redis.NewClient(&opt)
+		cl.AddHook(s.hooks.user.layer(false))
+		cl.AddHook(s.guard)
+		cl.AddHook(s.socket)
+		s.hooks.ext.apply(cl)
+		return cl
+	case clientProbe:
+		opt := *s.base
+		opt.Addr = s.addr
+		// Two, though one connection is used: go-redis starts a background
+		// redial loop once a pool's failed dials reach its size, and a
+		// probe's single failed dial must not.
+		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 2, 0, 0, 0
+		// It authenticates as a node client does (credentials and their
+		// providers, TLS, dialer, protocol), but carries no command of the
+		// caller's: no OnConnect, no client-side cache.
+		opt.OnConnect = nil
+		withoutCache(&opt)
+		opt.MaxRetries, opt.DialerRetries = -1, dialAttempts
+		opt.DialTimeout = min(opt.DialTimeout, s.wait)
+		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
+		opt.ContextTimeoutEnabled = true
+		opt.PipelinePoolSize = noPipelinePool
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return redis.NewClient(&opt)
+	default: // clientSentinelQuestion
+		opt := *s.base
+		opt.Addr = s.addr
+		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, dialAttempts // two: as a probe
+		opt.DialTimeout = min(opt.DialTimeout, s.wait)
+		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
+		return redis.NewSentinelClient(&opt)
+	}
+}
+
+// newNodeClient builds an ordinary or long client: the client k's Config
+// describes, with the node guards of s.nodes on the single server in
 // Standalone, on the failover client in Sentinel, and on each node client in
 // Cluster through ClusterOptions.NewClient, go-redis's per-node constructor.
-// The ordinary and the long clients are both built here, so the two cannot
-// drift apart in anything but their pool size and, for the long one, the
-// read timeout of Cluster batches. The caller adds the client-level hooks.
-//
-// The hooks every go-redis client of a Client carries, outermost first:
-//
-//	hook                 Standalone   Sentinel          Cluster
-//	facadeHook           client       client            cluster client (ordinary only)
-//	subscriptionBudget   client       client            each node client
-//	divergenceHook       -            -                 cluster client
-//	sentinelMaster       -            client (first)    -
-//	nodeGuard            client       client            each node client
-//
-// Sharded subscriptions in Cluster mode run on a cluster client of their own
-// (subscription_sharded.go), built here too: nodeGuard, then
-// subscriptionBudget, on each node client, and no cluster-level hook.
-//
-// In Standalone and Sentinel mode nodeGuard is added here, before the
-// caller adds facadeHook, so it is the outer one and already scores the
-// long calls facadeHook hands to the long client; in Cluster mode it sits
-// on the node clients, inside every cluster-level hook.
-func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long bool) redis.UniversalClient {
-	cfg := k.cfg
-	uo := k.options(poolSize)
+func newNodeClient(s clientSpec) redis.UniversalClient {
+	cfg, h := s.k.cfg, s.hooks
+	ordinary := s.kind == clientOrdinary
+	uo := s.k.options(s.poolSize)
+	if !ordinary {
+		longOnly(uo)
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(sm)
-		g := nodes.guard(sentinelNodeName(cfg.MasterName))
-		if g.n == sm.role {
+		cl.AddHook(h.user.layer(ordinary))
+		cl.AddHook(h.sentinel)
+		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
+		if g.n == h.sentinel.role {
 			// The guard charges each command to the master's current
-			// address. The long client's guard (admission.go) has
-			// breakers of its own, turned off, and keeps its one node.
-			g.follow = sm
+			// address. The long client's guard has breakers of its own,
+			// turned off, and keeps its one node.
+			g.follow = h.sentinel
 		}
 		cl.AddHook(g)
+		if ordinary {
+			cl.AddHook(h.facade)
+			cl.AddHook(h.budget)
+		}
 		return cl
 	case ModeCluster:
 		co := uo.Cluster()
-		if long {
+		if !ordinary {
 			// go-redis reads a Cluster batch with the cluster's ReadTimeout,
 			// whatever its blocking commands wait for. The long client's
 			// batches are all blocking ones, read under the deadline
@@ -60,14 +211,39 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long 
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			cl := redis.NewClient(opt)
-			cl.AddHook(nodes.guard(opt.Addr))
+			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
+			cl.AddHook(s.nodes.guard(opt.Addr))
+			// Subscriptions dial through the node clients.
+			switch s.kind {
+			case clientOrdinary:
+				cl.AddHook(h.budget)
+			case clientSharded:
+				cl.AddHook(subscriptionBudget{h.budget.subs, routeSlotOwner})
+			}
 			return cl
 		}
-		return redis.NewClusterClient(co)
+		cc := redis.NewClusterClient(co)
+		if ordinary {
+			cc.AddHook(h.user.layer(true))
+		}
+		cc.AddHook(stepCountHook{cc})
+		if ordinary {
+			cc.AddHook(h.facade)
+		}
+		// Inside the facade it sees go-redis's final error; on the long
+		// client it ends a redirect cycle of go-redis's own loop typed too.
+		cc.AddHook(h.div)
+		// Its CLUSTER SLOTS go through the shared single-flight cache.
+		h.topo.attach(cc)
+		return cc
 	default:
-		opt := uo.Simple()
-		cl := redis.NewClient(opt)
-		cl.AddHook(nodes.guard(opt.Addr))
+		cl := redis.NewClient(uo.Simple())
+		cl.AddHook(h.user.layer(ordinary))
+		cl.AddHook(s.nodes.guard(cl.Options().Addr))
+		if ordinary {
+			cl.AddHook(h.facade)
+			cl.AddHook(h.budget)
+		}
 		return cl
 	}
 }
@@ -78,35 +254,30 @@ func newGoRedis(k *core, nodes *nodeSet, sm *sentinelMaster, poolSize int, long 
 // and redirects, as many for the CLIENT UNBLOCKs of calls cancelled at once,
 // and one more; the permits are the budget.
 func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuard) {
-	size := 2*c.cfg.MaxLongConnections + 1
-	if c.cfg.Mode == ModeCluster {
-		// Node clients carry the shared breakers; attaching the client makes
-		// its CLUSTER SLOTS go through the shared single-flight cache.
-		cc := newGoRedis(c.core, c.nodes, nil, size, true).(*redis.ClusterClient)
-		c.topo.attach(cc)
-		// Redirects on the long client are followed by go-redis's loop
-		// (process, batch); a cycle ends typed there too, not as the raw
-		// MOVED the loop gives up with.
-		cc.AddHook(divergenceHook{c.div})
-		return cc, c.nodes.guard
+	spec := clientSpec{kind: clientLong, k: c.core, nodes: c.nodes, poolSize: 2*c.cfg.MaxLongConnections + 1, hooks: c.hooks}
+	if c.cfg.Mode != ModeCluster {
+		// In Standalone and Sentinel mode the ordinary client's guard,
+		// outside facadeHook, already admits and scores every long call.
+		// The guards of the long client and of its dedicated connections
+		// get breakers of their own, turned off: a second guard on the
+		// shared breaker would count each call twice. They still mark
+		// failed connection set-ups (setup.go) for the outer guard.
+		cfg := c.cfg
+		cfg.NodeFailureThreshold = -1
+		cfg.SlowNodeFactor = -1 // and so does its slow-node marking
+		spec.k = newCore(cfg, c.clock)
+		spec.k.log = c.log
+		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
 	}
-	// In Standalone and Sentinel mode the ordinary client's guard, outside
-	// facadeHook, already admits and scores every long call. The guards of
-	// the long client and of its dedicated connections get breakers of
-	// their own, turned off: a second guard on the shared breaker would count
-	// each call twice. They still mark failed connection set-ups (setup.go)
-	// for the outer guard.
-	cfg := c.cfg
-	cfg.NodeFailureThreshold = -1
-	k := newCore(cfg, c.clock)
-	k.log = c.log
-	nodes := newNodeSet(k, nil, nodeProbe(c.probeOpt, nil))
-	return newGoRedis(k, nodes, c.sentinel, size, true), nodes.guard
+	return newGoRedis(spec).(redis.UniversalClient), spec.nodes.guard
 }
 
 // options is the one UniversalOptions every client is built from, converted
 // by go-redis itself for each mode, so that the option structs of the
 // ordinary, long and probe clients cannot disagree about a field.
+//
+// The go-redis fields of Config pass through unchanged; docs/options.md
+// lists them and the ones set here that Config cannot change.
 func (c *core) options(poolSize int) *redis.UniversalOptions {
 	cfg := c.cfg
 	return &redis.UniversalOptions{
@@ -126,6 +297,38 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		PoolSize:         poolSize,
 		PoolTimeout:      cfg.PoolTimeout,
 		MaxRedirects:     cfg.MaxRedirects,
+
+		Protocol:                     cfg.Protocol,
+		Dialer:                       cfg.Dialer,
+		OnConnect:                    cfg.OnConnect,
+		CredentialsProvider:          cfg.CredentialsProvider,
+		CredentialsProviderContext:   cfg.CredentialsProviderContext,
+		StreamingCredentialsProvider: cfg.StreamingCredentialsProvider,
+		PoolFIFO:                     cfg.PoolFIFO,
+		MinIdleConns:                 cfg.MinIdleConns,
+		MaxIdleConns:                 cfg.MaxIdleConns,
+		MaxActiveConns:               cfg.MaxActiveConns,
+		MaxConcurrentDials:           cfg.MaxConcurrentDials,
+		ConnMaxIdleTime:              cfg.ConnMaxIdleTime,
+		ConnMaxLifetime:              cfg.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:        cfg.ConnMaxLifetimeJitter,
+		ReadBufferSize:               cfg.ReadBufferSize,
+		WriteBufferSize:              cfg.WriteBufferSize,
+		DisableIdentity:              cfg.DisableIdentity,
+		DisableIndentity:             cfg.DisableIndentity,
+		IdentitySuffix:               cfg.IdentitySuffix,
+		UnstableResp3:                cfg.UnstableResp3,
+		FailingTimeoutSeconds:        cfg.FailingTimeoutSeconds,
+		PushNotificationProcessor:    cfg.PushNotificationProcessor,
+		AutoPipelineOptions:          cfg.AutoPipelineOptions,
+
+		ClientSideCacheConfig:                  cfg.ClientSideCacheConfig,
+		ClientSideCache:                        cfg.ClientSideCache,
+		ClientSideCacheStrategy:                cfg.ClientSideCacheStrategy,
+		ClientSideCacheRefreshOnInvalidate:     cfg.ClientSideCacheRefreshOnInvalidate,
+		ClientSideCacheCoalesceMisses:          cfg.ClientSideCacheCoalesceMisses,
+		ClientSideCacheInvalidationBatchWindow: cfg.ClientSideCacheInvalidationBatchWindow,
+
 		// No go-redis retries: it would retry read and pool timeouts too.
 		// nodeGuard retries a reset connection once instead (Standalone and
 		// Sentinel); the cluster client's loop retries a node once by itself.
@@ -136,14 +339,38 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 	}
 }
 
-// sentinelOptions is the handshake with the sentinels themselves.
+// longOnly drops from the long client's options what only ordinary traffic
+// wants: idle connections kept warm (the long client answers rare calls), a
+// connection cap below its pool size (its permits are its budget), and the
+// client-side cache (long operations are no cacheable reads).
+func longOnly(uo *redis.UniversalOptions) {
+	uo.MinIdleConns, uo.MaxActiveConns = 0, 0
+	uo.ClientSideCacheConfig, uo.ClientSideCache = nil, nil
+	uo.ClientSideCacheRefreshOnInvalidate, uo.ClientSideCacheCoalesceMisses = false, false
+	uo.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// withoutCache turns the client-side cache off in opt, for a client that
+// serves no cacheable reads: a cache there would only track keys for nothing.
+func withoutCache(opt *redis.Options) {
+	opt.ClientSideCacheConfig, opt.ClientSideCache = nil, nil
+	opt.ClientSideCacheRefreshOnInvalidate, opt.ClientSideCacheCoalesceMisses = false, false
+	opt.ClientSideCacheInvalidationBatchWindow = 0
+}
+
+// sentinelOptions is the handshake of the questions redisguard asks the
+// sentinels itself: sentinel credentials, the same dialer, TLS and
+// identity. OnConnect, written for data nodes, does not run on them.
 func (c *core) sentinelOptions() *redis.Options {
 	return &redis.Options{
-		Username:    c.cfg.SentinelUsername,
-		Password:    c.cfg.SentinelPassword,
-		ClientName:  c.cfg.ClientName,
-		TLSConfig:   c.cfg.TLSConfig,
-		DialTimeout: c.cfg.DialTimeout,
+		Username:        c.cfg.SentinelUsername,
+		Password:        c.cfg.SentinelPassword,
+		ClientName:      c.cfg.ClientName,
+		TLSConfig:       c.cfg.TLSConfig,
+		DialTimeout:     c.cfg.DialTimeout,
+		Dialer:          c.cfg.Dialer,
+		DisableIdentity: c.cfg.DisableIdentity || c.cfg.DisableIndentity,
+		IdentitySuffix:  c.cfg.IdentitySuffix,
 	}
 }
 

@@ -1,6 +1,9 @@
 package redisguard
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -37,4 +40,24 @@ func TestEveryClientSharesTheHandshake(t *testing.T) {
 	cmd, err := probeAddr(ctx, c.probeOpt, srv.Addr, time.Second, "client", "getname")
 	require.NoError(t, err)
 	assert.Equal(t, "build-shared", cmd.Val(), "recovery probe")
+}
+
+// newGoRedis is the only place that constructs a go-redis client: any other
+// constructor call in the package's code would be a client whose options
+// and hooks the hook-order table does not describe.
+func TestOnlyNewGoRedisBuildsClients(t *testing.T) {
+	ctor := regexp.MustCompile(`redis\.New(Client|ClusterClient|FailoverClient|FailoverClusterClient|SentinelClient|Ring|UniversalClient)\(`)
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "build.go" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.Empty(t, ctor.FindAllString(string(src), -1), "%s constructs a go-redis client outside newGoRedis", f)
+	}
+	src, err := os.ReadFile("build.go")
+	require.NoError(t, err)
+	assert.NotEmpty(t, ctor.FindAllString(string(src), -1), "the pattern no longer matches go-redis's constructors")
 }

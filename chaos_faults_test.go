@@ -96,7 +96,7 @@ func (f *faultWindows) active(shard int, from, to time.Time, kinds ...string) bo
 	return false
 }
 
-var faultKinds = []string{"pause-master", "kill-replica", "client-kill", "graceful-failover", "takeover-failover", "blackhole", "long-budget"}
+var faultKinds = []string{"pause-master", "kill-replica", "client-kill", "graceful-failover", "takeover-failover", "blackhole", "long-budget", "slow-master"}
 
 type chaosSchedule struct {
 	t     *testing.T
@@ -252,6 +252,18 @@ func (s *chaosSchedule) inject(kind string) string {
 		return fmt.Sprintf("standalone behind the proxy blackholed %.1fs", hold.Seconds())
 	case "long-budget":
 		return s.fillLongBudget(shard)
+	case "slow-master":
+		m := s.nodeWithRole(shard, "master")
+		if m == nil {
+			return fmt.Sprintf("skipped: shard %d has no master", shard)
+		}
+		hold := s.hold(2*time.Second, 2*time.Second)
+		win := s.w.faults.open(shard, kind)
+		defer s.healing(win, time.Time{})
+		stop := slowDown(t, m) // CLIENT PAUSE 45 ALL every 50ms: about ten times slower
+		time.Sleep(hold)
+		stop()
+		return fmt.Sprintf("shard %d master %s slowed %.1fs", shard, m.Addr, hold.Seconds())
 	}
 	panic("unknown fault " + kind)
 }

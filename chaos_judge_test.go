@@ -128,7 +128,7 @@ func (w *chaosWorld) judge() {
 			case w.faults.active(s.shard, s.t0, s.end, crashKind):
 				w.overrunsCrashed++
 			case s.over <= unblockGrace+chaosOverrun && strings.Contains(s.kind, "pop") &&
-				w.faults.active(s.shard, s.t0, s.end, "graceful-failover", "pause-master", "blackhole"):
+				w.faults.active(s.shard, s.t0, s.end, "graceful-failover", "pause-master", "slow-master", "blackhole"):
 				// A blocking call whose context ends while its server
 				// holds it and does not answer CLIENT UNBLOCK (a paused or
 				// blackholed server; CLUSTER FAILOVER's write pause, which

@@ -1,6 +1,7 @@
 package redisguard
 
 import (
+	"iter"
 	"strconv"
 	"strings"
 
@@ -244,34 +245,53 @@ func blockOption(args []interface{}, start int, options []keyword) int {
 // MONITOR in a transaction, and after EXEC the connection is in push mode
 // just the same.
 func batchIsBlocking(cmds []redis.Cmder) bool {
-	inMulti := false
-	for _, cmd := range cmds {
-		if cmd == nil {
-			continue
-		}
-		args := cmd.Args()
-		if len(args) == 0 {
-			continue
-		}
-		k := argCommandKind(args[0])
-		switch k {
-		case kindMulti:
-			inMulti = true
-			continue
-		case kindExec, kindDiscard:
-			inMulti = false
-			continue
-		}
-		switch classOf(k, args) {
+	for it := range batchItems(cmds) {
+		switch classOf(it.kind, it.args) {
 		case classHolding:
 			return true
 		case classBlocking:
-			if !inMulti {
+			if !it.queued {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// batchItem is one command of a batch, other than a transaction marker.
+type batchItem struct {
+	kind   commandKind
+	args   []interface{}
+	queued bool // sent between MULTI and its EXEC or DISCARD: Redis runs it inside EXEC
+}
+
+// batchItems yields a batch's commands but MULTI, EXEC, DISCARD and empty
+// ones, each with whether the server queues it in a transaction.
+func batchItems(cmds []redis.Cmder) iter.Seq[batchItem] {
+	return func(yield func(batchItem) bool) {
+		inMulti := false
+		for _, cmd := range cmds {
+			if cmd == nil {
+				continue
+			}
+			args := cmd.Args()
+			if len(args) == 0 {
+				continue
+			}
+			k := argCommandKind(args[0])
+			switch k {
+			case kindMulti:
+				inMulti = true
+				continue
+			case kindExec, kindDiscard:
+				inMulti = false
+				continue
+			}
+			if !yield(batchItem{kind: k, args: args, queued: inMulti}) {
+				return
+			}
+		}
+	}
 }
 
 func cmdKind(cmd redis.Cmder) commandKind {

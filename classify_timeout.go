@@ -86,20 +86,11 @@ func blockingWait(args []interface{}) (wait time.Duration, forever bool) {
 // another, or forever if one of them waits forever. Blocking commands
 // between MULTI and EXEC never wait (see batchIsBlocking).
 func batchWait(cmds []redis.Cmder) (wait time.Duration, forever bool) {
-	inMulti := false
-	for _, cmd := range cmds {
-		switch cmdKind(cmd) {
-		case kindMulti:
-			inMulti = true
-			continue
-		case kindExec, kindDiscard:
-			inMulti = false
+	for it := range batchItems(cmds) {
+		if it.queued {
 			continue
 		}
-		if inMulti || cmd == nil {
-			continue
-		}
-		d, always := blockingWait(cmd.Args())
+		d, always := blockingWait(it.args)
 		if always {
 			return 0, true
 		}

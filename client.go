@@ -33,6 +33,7 @@ type Client struct {
 	topo     *topology       // cluster slot-map refresh; nil outside Cluster mode
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
+	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
 	subs     *subscriptions  // live subscription connections (subscription_move.go)
 
 	// undetected is why the first contact failed, when ModeAuto could not
@@ -81,6 +82,9 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.topo = newTopology(c.core)
 	}
 	c.nodes = newNodeSet(c.core, c.topo, nodeProbe(c.probeOpt, nil))
+	if c.topo != nil && c.nodes.slow != nil {
+		c.nodes.slow.groups = c.topo.shards
+	}
 	if resolved.Mode == ModeSentinel {
 		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
 		c.sentinel = sm
@@ -103,30 +107,33 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
-	c.UniversalClient = newGoRedis(c.core, c.nodes, c.sentinel, resolved.MaxConnections, false)
-	c.UniversalClient.AddHook(facadeHook{c})
-	// Subscriptions dial through the client's dial hook, on each node
-	// client in Cluster mode; registered before any node client exists.
+	// Subscriptions dial through the ordinary client's dial hook (each node
+	// client's in Cluster mode), and are moved off a node that stops
+	// answering (subscription_move.go).
 	c.subs = newSubscriptions(c.core, c.adm, c.nodes, c.topo, c.sentinel)
-	switch cl := c.UniversalClient.(type) {
-	case *redis.ClusterClient:
-		cl.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{c.subs, routeAnyNode}) })
+	budget := subscriptionBudget{c.subs, routeAsked}
+	switch {
+	case c.topo != nil:
 		// Another node serves a classic subscription at once, and a
 		// sharded one once the slot map names the new owner.
+		budget.route = routeAnyNode
 		c.nodes.onOpen = func(n *node) { c.subs.moveFrom(n.addr) }
-	case *redis.Client:
-		route := routeAsked
-		if c.sentinel != nil {
-			route = routeMaster
-			c.sentinel.leaving = c.subs.moveFrom
-		}
-		cl.AddHook(subscriptionBudget{c.subs, route})
+	case c.sentinel != nil:
+		budget.route = routeMaster
+		c.sentinel.leaving = c.subs.moveFrom
 	}
-	if c.topo != nil {
-		cc := c.UniversalClient.(*redis.ClusterClient)
+	c.hooks = &clientHooks{
+		user: &userHooks{}, ext: &extensions{k: c.core},
+		facade: facadeHook{c}, budget: budget, div: divergenceHook{c.div},
+		topo: c.topo, sentinel: c.sentinel,
+	}
+	c.adm.hooks = c.hooks
+	c.subs.hooks = c.hooks
+	c.UniversalClient = newGoRedis(clientSpec{
+		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
+	}).(redis.UniversalClient)
+	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
 		c.div.cluster = cc
-		cc.AddHook(divergenceHook{c.div}) // inside the facade: sees go-redis's final error
-		c.topo.attach(cc)
 	}
 	return c, nil
 }
@@ -137,8 +144,9 @@ func (c *Client) Mode() Mode { return c.cfg.Mode }
 // Close closes the client. It is terminal, idempotent and safe to call from
 // many goroutines. Calls in flight, blocking ones included, are cut short
 // because their connections are closed; every later call, including those on
-// retained Pipelines, Txs and PubSubs, fails with ErrClosed (or, for a
-// PubSub, with go-redis's closed error) and opens no socket.
+// retained Pipelines, Txs, PubSubs and AutoPipeliners, fails with ErrClosed
+// (or, for a PubSub or an AutoPipeliner, with go-redis's closed error) and
+// opens no socket.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
@@ -164,8 +172,8 @@ func (c *Client) Close() error {
 // commands to the long budget and translates go-redis's errors into
 // redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
 // mode nodeGuard sits on each node client, below this hook; in Standalone and
-// Sentinel mode both are on the one client and nodeGuard, added first by
-// build, wraps this hook (admission.go relies on that order).
+// Sentinel mode both are on the one client and nodeGuard wraps this hook
+// (see newGoRedis; admission.go relies on that order).
 type facadeHook struct{ c *Client }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -213,6 +221,10 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
 		} else {
 			err = next(ctx, cmds)
+			if c.topo == nil && batchAnswered(err) && c.undetected == nil {
+				// A single node's replies, all read: nothing to translate.
+				return err
+			}
 		}
 		if err == nil {
 			return nil

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // dedicated is one long connection, kept across calls so that its CLIENT ID
@@ -21,7 +21,7 @@ import (
 // from the idle list owns it until put or discard.
 type dedicated struct {
 	control *redis.Client // the node's long client: CLIENT UNBLOCK goes through its pool
-	client  *redis.Client // this connection's client, one connection in its pool
+	sh      *shell        // this connection's client, one connection in its pool
 	conn    *redis.Conn   // holds that connection for the dedicated's whole life
 	id      int64         // the connection's CLIENT ID; 0 if the server has none (Redis numbers clients from 1)
 	key     string        // node address: the idle list it returns to
@@ -29,6 +29,20 @@ type dedicated struct {
 	mu      sync.Mutex
 	sock    *socket // guarded by mu: the socket under conn, once dialled
 	severed bool    // guarded by mu
+}
+
+// shell is the go-redis client under a dedicated connection, with one
+// connection in its pool, dialled through socketHook for its current owner.
+// A shell whose connection was set up outlives that connection: it carries
+// the next dedicated connection to its node, so that Instrument's
+// extensions, which may keep state for each go-redis client they are given
+// (a metrics callback), run once per shell rather than once per connection.
+// There are never more shells for a node than dedicated connections to it
+// at once.
+type shell struct {
+	client *redis.Client
+	owner  atomic.Pointer[dedicated] // the dedicated connection it carries
+	gen    uint64                    // admission's gen when built: an older shell is not reused
 }
 
 // onDedicated runs do, which sends cmds, on a dedicated connection to node,
@@ -104,26 +118,30 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 // closing its connection. Any other failure is the connection's set-up
 // failing: the caller's command was not sent.
 func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
-	opt := *node.Options()
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
-	opt.PipelinePoolSize = noPipelinePool
-	opt.MaxRetries = -1             // Options were resolved once already: 0 would now mean three
-	opt.ReadTimeout = noReadTimeout // the socket caps every read instead
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	d := &dedicated{control: node, key: key}
-	d.client = redis.NewClient(&opt)
-	d.client.AddHook(a.guard(opt.Addr))
-	d.client.AddHook(socketHook{d: d, timeout: a.k.cfg.ReadTimeout})
-	d.conn = d.client.Conn()
-
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		d.close()
 		return nil, ErrClosed
+	}
+	if free := a.shells[key]; len(free) > 0 {
+		d.sh = free[len(free)-1]
+		free[len(free)-1] = nil
+		a.shells[key] = free[:len(free)-1]
 	}
 	a.live[d] = struct{}{}
 	a.mu.Unlock()
+	if d.sh == nil {
+		sh := &shell{gen: a.gen.Load()}
+		sh.client = newGoRedis(clientSpec{
+			kind: clientDedicated, base: node.Options(), hooks: a.hooks,
+			guard: a.guard(node.Options().Addr), socket: socketHook{sh: sh, timeout: a.k.cfg.ReadTimeout},
+		}).(*redis.Client)
+		d.sh = sh
+	}
+	d.sh.owner.Store(d)
+	// Closing an ephemeral Conn closes its connection rather than pooling it.
+	d.conn = d.sh.client.EphemeralConn()
 
 	stop := context.AfterFunc(ctx, d.sever) // cancelled while the server does not answer
 	id, err := d.conn.ClientID(withCaller(ctx, ctx)).Result()
@@ -143,19 +161,29 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 	return d, nil
 }
 
-// close ends d for good.
+// close ends d and its shell for good.
 func (d *dedicated) close() {
 	d.sever()
 	_ = d.conn.Close()
-	_ = d.client.Close()
+	_ = d.sh.client.Close()
 }
 
-// discard closes d for good.
+// discard closes d for good, and keeps its shell for the next dedicated
+// connection to the node if the shell's connection was set up: a shell
+// whose dial failed would refuse to dial again until go-redis's pool has
+// redialled in the background.
 func (a *admission) discard(d *dedicated) {
+	d.sever()
+	_ = d.conn.Close()
 	a.mu.Lock()
 	delete(a.live, d)
+	if !a.closed && d.answered() && d.sh.gen == a.gen.Load() {
+		a.shells[d.key] = append(a.shells[d.key], d.sh)
+		a.mu.Unlock()
+		return
+	}
 	a.mu.Unlock()
-	d.close()
+	_ = d.sh.client.Close()
 }
 
 // put keeps d for the next call when reuse is true, and closes it
@@ -163,7 +191,7 @@ func (a *admission) discard(d *dedicated) {
 func (a *admission) put(d *dedicated, reuse bool) {
 	if reuse {
 		a.mu.Lock()
-		if !a.closed {
+		if !a.closed && d.sh.gen == a.gen.Load() {
 			a.idle[d.key] = append(a.idle[d.key], d)
 			a.mu.Unlock()
 			return

@@ -12,10 +12,10 @@ import (
 // A dedicated connection's socket, which admission holds so that it can cap
 // every read's deadline and close the socket under a read in progress.
 
-// socketHook hands its dedicated connection the socket its client dials,
-// wrapped (see socket).
+// socketHook hands the dedicated connection its shell carries the socket
+// the shell dials, wrapped (see socket).
 type socketHook struct {
-	d       *dedicated
+	sh      *shell
 	timeout time.Duration // how long the set-up may wait for an answer: ReadTimeout
 }
 
@@ -27,7 +27,7 @@ func (h socketHook) DialHook(next redis.DialHook) redis.DialHook {
 		}
 		s := &socket{Conn: conn}
 		s.capReads(time.Now().Add(h.timeout))
-		h.d.setSocket(s)
+		h.sh.owner.Load().setSocket(s)
 		return s, nil
 	}
 }

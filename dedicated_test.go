@@ -411,6 +411,35 @@ func TestCancelledBlockingCallsAddNoNode(t *testing.T) {
 	assert.Equal(t, []string{srv.Addr}, addrs)
 }
 
+// Cancelled blocking calls discard their connections, but not the go-redis
+// clients under them: an extension that keeps state per client (a metrics
+// callback) is given one client per concurrent dedicated connection, not
+// one per call.
+func TestInstrumentRunsOncePerDedicatedClient(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	var mu sync.Mutex
+	given := 0
+	require.NoError(t, c.Instrument(func(redis.UniversalClient) error {
+		mu.Lock()
+		given++
+		mu.Unlock()
+		return nil
+	}))
+	for range 10 {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		require.ErrorIs(t, c.BLPop(short, 0, "shell:q").Err(), context.DeadlineExceeded)
+		cancel()
+		list, err := srv.Admin().ClientList(ctx).Result()
+		require.NoError(t, err)
+		assert.NotContains(t, list, "cmd=blpop", "the cancelled call's connection is closed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 3, given, "the ordinary client, the long client and one dedicated client")
+}
+
 // A BLPOP parked on a master that hangs ends at its deadline with the
 // caller's own error, and once the replica is promoted the next one is
 // served by the new owner. go-redis alone is measured beside.

@@ -48,6 +48,9 @@ func applyDetected(cfg *Config, mode Mode) error {
 	if cfg.DB != 0 {
 		return invalid("DB", "is %d, but %s is a cluster node and Redis Cluster only has database 0", cfg.DB, cfg.Addrs[0])
 	}
+	if cfg.caching() {
+		return invalid("ClientSideCacheConfig", "is set, but %s is a cluster node and go-redis v9.23 caches only on a single-server client", cfg.Addrs[0])
+	}
 	if t := cfg.TLSConfig; t != nil && t.ServerName != "" {
 		// A server name taken from the seed's host (ParseURL sets one for a
 		// single host) would fail verification on every other node.

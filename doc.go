@@ -4,7 +4,9 @@
 // NewClient builds a go-redis standalone, Sentinel (failover) or Cluster
 // client from one Config and returns a *Client that satisfies
 // redis.UniversalClient. Code that used go-redis switches by changing the
-// constructor.
+// constructor: Config takes go-redis's own options by their names, and
+// ParseURL its URLs (docs/options.md says where each option applies, and
+// which few redisguard owns).
 //
 // Everything redisguard adds is wired in through go-redis's own extension
 // points, so go-redis keeps doing what it does well (pooling, redirects,
@@ -42,6 +44,10 @@
 //     (divergence.go): converging, ErrClusterFailover or ErrSlotMapCorruption.
 //   - Healthy, Check and the HTTP handlers (health.go) test the operation the
 //     service depends on, a write, in one round trip.
+//   - The user's own hooks (Client.AddHook) sit outside all of these and see
+//     every command once; go-redis extensions such as redisotel reach every
+//     client redisguard runs through Client.Instrument (hooks.go). build.go
+//     builds each go-redis client and holds the hook order.
 //
 // What the guard decides is observable three ways (events.go, stats.go).
 // Every decision worth an operator's attention (a breaker opening, going
@@ -54,7 +60,7 @@
 // snapshot (per-node breaker state and counters, budgets, refresh and
 // divergence counts) that is cheap enough to read on every metrics scrape.
 // Exporters live outside the core module; examples/prometheus shows one for
-// client_golang.
+// client_golang, examples/otel one for OpenTelemetry.
 //
 // A healthy Client runs no background loops. The goroutines it starts are
 // owned and stopped by Close: one prober per node whose breaker is open,
@@ -64,5 +70,6 @@
 // cancellation cut short, which only closes a socket; and the parallel
 // slot-ownership queries of a divergence decision, which end before the
 // command returns. go-redis's own reload goroutines end by themselves, and
-// Close closes every pool.
+// Close closes every pool, and with them the client-side cache's drainer
+// when Config turns the cache on.
 package redisguard

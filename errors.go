@@ -31,6 +31,15 @@ var (
 	// *NodeError naming the node.
 	ErrNodeUnavailable = errors.New("redisguard: node unavailable")
 
+	// ErrNodeSlow means the node is marked slow (see Config.SlowNodeFactor)
+	// and the command was refused at once, not sent: as many callers as the
+	// node may serve meanwhile are already waiting on it, or the command's
+	// deadline would pass before the node answers at its current latency. It
+	// wraps ErrNodeUnavailable, so a fallback written for a node that is
+	// down serves a node that is slow too. It arrives wrapped in a
+	// *NodeError naming the node.
+	ErrNodeSlow = fmt.Errorf("redisguard: node slow: %w", ErrNodeUnavailable)
+
 	// ErrPoolExhausted means no capacity (an ordinary connection, or a long
 	// permit for a blocking command or subscription) became free within
 	// PoolTimeout. The command was not sent. It is never retried and never

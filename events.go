@@ -52,6 +52,16 @@ const (
 	// failed; the next follows later (see Config.NodeRecoveryTime). Addr
 	// and Err say which node and why. Logged at debug level.
 	EventProbeFailed
+	// EventNodeSlow: the node answers far slower than its peers and is
+	// marked slow (see Config.SlowNodeFactor): few callers may wait on it
+	// at once, and the others get ErrNodeSlow. Addr is the node; Duration
+	// its latency; PeerLatency the median of its peers'.
+	EventNodeSlow
+	// EventNodeSlowEnded: the node's slow mark ended. Decision says why:
+	// "recovered" (it has been fast again for a while) or "expired" (its
+	// mark ran out; it is marked again, for longer, if it is still slow).
+	// Duration and PeerLatency are as in EventNodeSlow.
+	EventNodeSlowEnded
 	// EventSubscriptionMoved: a subscription whose connection broke, or
 	// was closed because its node stopped answering, subscribed again on a
 	// new connection. Messages published during the Duration before Time
@@ -80,6 +90,10 @@ func (k EventKind) String() string {
 		return "divergence"
 	case EventProbeFailed:
 		return "probe-failed"
+	case EventNodeSlow:
+		return "node-slow"
+	case EventNodeSlowEnded:
+		return "node-slow-ended"
 	case EventSubscriptionMoved:
 		return "subscription-moved"
 	}
@@ -127,6 +141,9 @@ type Event struct {
 	// ErrClusterFailover) or "slot-map-corruption" (fail with
 	// ErrSlotMapCorruption).
 	Decision string `json:"decision,omitempty"`
+	// PeerLatency is the median latency of the other nodes
+	// (EventNodeSlow, EventNodeSlowEnded).
+	PeerLatency time.Duration `json:"peer_latency_ns,omitempty"`
 	// To is the node a subscription moved to (EventSubscriptionMoved).
 	To string `json:"to,omitempty"`
 	// Channels is what a moved subscription is subscribed to, sorted and
@@ -160,6 +177,9 @@ func (e Event) String() string {
 	if e.Duration != 0 {
 		add("duration", e.Duration.String())
 	}
+	if e.PeerLatency != 0 {
+		add("peer_latency", e.PeerLatency.String())
+	}
 	if e.Err != "" {
 		add("err", strconv.Quote(e.Err))
 	}
@@ -171,7 +191,7 @@ func (e Event) String() string {
 // debug.
 func (e Event) level() slog.Level {
 	switch e.Kind {
-	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventSubscriptionMoved:
+	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventNodeSlow, EventSubscriptionMoved:
 		return slog.LevelWarn
 	case EventRefreshStarted, EventRefreshFinished, EventProbeFailed:
 		return slog.LevelDebug
@@ -205,6 +225,10 @@ func (k EventKind) message() string {
 		return "redisguard: redirect cycle on slot"
 	case EventProbeFailed:
 		return "redisguard: recovery probe failed"
+	case EventNodeSlow:
+		return "redisguard: node marked slow"
+	case EventNodeSlowEnded:
+		return "redisguard: node no longer marked slow"
 	case EventSubscriptionMoved:
 		return "redisguard: subscription moved, messages may have been missed"
 	}
@@ -230,8 +254,14 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 	if e.Kind == EventDivergence {
 		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))
 	}
+	if e.Kind == EventNodeSlowEnded {
+		out = append(out, slog.String("decision", e.Decision))
+	}
 	if e.Duration != 0 {
 		out = append(out, slog.Duration("duration", e.Duration))
+	}
+	if e.PeerLatency != 0 {
+		out = append(out, slog.Duration("peer_latency", e.PeerLatency))
 	}
 	if e.Err != "" {
 		out = append(out, slog.String("err", e.Err))

@@ -20,12 +20,12 @@ func ExampleParseURL() {
 	fmt.Println(cfg.ReadTimeout)
 
 	// A mistake is named, and the password is never quoted.
-	_, err = redisguard.ParseURL("rediss://app:s3cret@cache.internal/0?read_timeout=3")
+	_, err = redisguard.ParseURL("rediss://app:s3cret@cache.internal/0?read_timeout=0")
 	fmt.Println(err)
 	// Output:
 	// sentinel [10.0.0.1:26379 10.0.0.2:26380] mymaster 2 250ms checkout
 	// 0s
-	// redisguard: invalid config: URL parameter read_timeout has no unit; write e.g. 3s or 250ms (a bare number is not taken as seconds)
+	// redisguard: invalid config: URL parameter read_timeout is zero or negative, which go-redis reads as no timeout; redisguard always bounds it (leave the parameter out for the default)
 }
 
 // A service usually keeps its connection string in the environment; the

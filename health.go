@@ -43,7 +43,7 @@ type Report struct {
 	Healthy bool `json:"healthy"`
 	// Degraded is true when the check passed but a master's breaker is open
 	// (Breakers failed without RequireAllShards): the write key's shard
-	// serves, another does not.
+	// serves, another does not; or when a node is marked slow (Slow).
 	Degraded bool   `json:"degraded,omitempty"`
 	Mode     string `json:"mode"` // "standalone", "sentinel" or "cluster"
 
@@ -64,6 +64,9 @@ type Report struct {
 	// Nodes is the breaker of every node the client has talked to, sorted by
 	// address, as in Stats.
 	Nodes []NodeStats `json:"nodes"`
+	// Slow lists the nodes marked slow (see Config.SlowNodeFactor); a
+	// healthy check with a slow node is Degraded.
+	Slow []string `json:"slow,omitempty"`
 }
 
 // StepResult is one step of a check.
@@ -127,9 +130,14 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 		if p := recover(); p != nil {
 			rep.Ping = &StepResult{Error: c.redact(fmt.Sprintf("panic during health check: %v", p))}
 		}
+		rep.Nodes = c.Stats().Nodes
+		for _, n := range rep.Nodes {
+			if n.Slow {
+				rep.Slow = append(rep.Slow, n.Addr)
+			}
+		}
 		rep.judge(opts.RequireAllShards)
 		rep.Duration = time.Since(start)
-		rep.Nodes = c.Stats().Nodes
 	}()
 
 	var err error
@@ -303,7 +311,7 @@ func (oneShot) NoRetry() bool { return true }
 // judge sets Healthy and Degraded from the steps.
 func (r *Report) judge(allShards bool) {
 	r.Healthy = r.verdict(allShards)
-	r.Degraded = r.Healthy && r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped
+	r.Degraded = r.Healthy && (len(r.Slow) > 0 || r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped)
 }
 
 // verdict is true when every step that applies succeeded; the breakers step
@@ -379,6 +387,9 @@ func (r Report) String() string {
 	}
 	if first {
 		b.WriteString("nothing checked")
+	}
+	if len(r.Slow) > 0 {
+		b.WriteString("; slow: " + strings.Join(r.Slow, " "))
 	}
 	return b.String()
 }

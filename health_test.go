@@ -450,6 +450,11 @@ func TestReportString(t *testing.T) {
 			want: "unhealthy (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, breakers failed: breaker open for master 10.0.0.6:6379",
 		},
 		{
+			name: "slow node",
+			rep:  Report{Mode: "cluster", Ping: ok, ClusterState: ok, Breakers: &StepResult{OK: true}, Slow: []string{"10.0.0.7:6379"}},
+			want: "degraded (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, no master breaker open; slow: 10.0.0.7:6379",
+		},
+		{
 			name: "skipped steps are left out",
 			rep:  Report{Mode: "standalone", Ping: &StepResult{Error: "redisguard: client is closed"}, Write: &StepResult{Skipped: true}},
 			want: "unhealthy (standalone): ping failed: redisguard: client is closed",

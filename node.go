@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/outlier"
 )
 
 // nodeSet owns one breaker per node address. The ordinary and the long
@@ -25,6 +26,7 @@ type nodeSet struct {
 	// onOpen, if set, is told of each node whose breaker opens, after the
 	// event and the topology. Set before the first command.
 	onOpen func(n *node)
+	slow   *slowNodes // marks slow nodes; nil when marking is off
 
 	mu    sync.Mutex
 	nodes map[string]*node // guarded by mu; entries are never removed
@@ -42,6 +44,13 @@ type node struct {
 	probing     atomic.Bool       // a prober goroutine owns the node
 	lastRefused atomic.Int64      // unix ns of a recent command refused by the open breaker
 
+	lat         outlier.Latency // sampled latency of its ordinary commands (slow.go)
+	slow        atomic.Bool     // marked slow
+	slowLimit   atomic.Int64    // while marked: how many ordinary operations may wait on it at once
+	slowWaiting atomic.Int64    // ordinary operations admitted while it is marked, in progress
+	slowRefused error           // the *NodeError for a command refused while marked slow
+	sampleMask  atomic.Uint32   // a command is timed when rand&sampleMask is 0 (slow.go)
+
 	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
 	outcomeUnknowns atomic.Uint64 // commands ended with ErrOutcomeUnknown
@@ -53,7 +62,7 @@ type node struct {
 // newNodeSet returns an empty node set; probe is the recovery probe of an
 // address (see prober).
 func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr string, wait time.Duration) error) *nodeSet {
-	s := &nodeSet{k: k, topo: topo, nodes: make(map[string]*node)}
+	s := &nodeSet{k: k, topo: topo, nodes: make(map[string]*node), slow: newSlowNodes(k)}
 	s.probes = newProber(probe, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
 		k.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
 	})
@@ -99,7 +108,9 @@ func (s *nodeSet) get(addr string) *node {
 		addr:        addr,
 		unavailable: &NodeError{Addr: addr, Err: ErrNodeUnavailable},
 		exhausted:   &NodeError{Addr: addr, Err: ErrPoolExhausted},
+		slowRefused: &NodeError{Addr: addr, Err: ErrNodeSlow},
 	}
+	n.sampleMask.Store(sampleFast)
 	n.br = breaker.New(breaker.Settings{
 		Threshold:     s.k.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
 		Clock:         s.k.clock,
@@ -193,7 +204,7 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c, topo := g.k, g.nodes.topo
+	c, topo, slow := g.k, g.nodes.topo, g.nodes.slow
 	guarded := func(ctx context.Context, cmd redis.Cmder) error {
 		if isHandshake(cmd) {
 			return handshake(next(ctx, cmd), isHello(cmd))
@@ -204,16 +215,32 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return ErrClosed
 		}
 		n := g.node()
+		if n.slow.Load() && classifyCmd(cmd) == classOrdinary {
+			// Blocking commands wait by design and are not limited here.
+			if err := slow.admit(ctx, n); err != nil {
+				return err
+			}
+			n.slowWaiting.Add(1)
+			defer n.slowWaiting.Add(-1)
+		}
 		t, err := n.br.Allow()
 		if err != nil {
 			return g.fastFail(n)
 		}
 		n.inFlight.Add(1)
+		var start time.Time
+		sampled := slow.sample(n)
+		if sampled {
+			start = c.clock.Now()
+		}
 		err = next(ctx, cmd)
 		if err == nil || err == redis.Nil {
 			// The common answers, kept off the error-inspection path below.
 			n.inFlight.Add(-1)
 			n.br.Done(t, breaker.Success)
+			if sampled {
+				slow.observe(g.nodes, n, cmd, start)
+			}
 			return err
 		}
 		unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
@@ -265,6 +292,16 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			return ErrClosed // Close outranks the breaker, as in ProcessHook
 		}
 		n := g.node()
+		if n.slow.Load() && !batchIsBlocking(cmds) {
+			if err := g.nodes.slow.admit(ctx, n); err != nil {
+				for _, cmd := range cmds {
+					cmd.SetErr(err)
+				}
+				return err
+			}
+			n.slowWaiting.Add(1)
+			defer n.slowWaiting.Add(-1)
+		}
 		t, err := n.br.Allow()
 		if err != nil {
 			err = g.fastFail(n)
@@ -280,8 +317,8 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n.inFlight.Add(-1)
 		n.br.Done(t, g.outcome(n, ctx, err))
-		if err == nil {
-			return nil
+		if batchAnswered(err) {
+			return err
 		}
 		if isExhaustion(err) && !batchIsBlocking(cmds) {
 			n.noteExhausted(c)
@@ -295,6 +332,18 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		return n.translate(err)
 	}
+}
+
+// batchAnswered reports whether a node client's batch that returned err
+// holds nothing but the server's replies, so that no command's error needs
+// translating. A node client (go-redis's baseClient) returns a network or
+// pool failure as soon as it meets one, and stamps it on every command it
+// had not read; it returns its first command's reply (redis.Nil, an error
+// reply) only once every reply has been read. The cluster client, which
+// returns the first failed command's error whatever came after it, does not
+// qualify.
+func batchAnswered(err error) bool {
+	return err == nil || err == redis.Nil || isRedisReply(err)
 }
 
 // outcome is outcome(ctx, err) for n, except that on a Sentinel client a

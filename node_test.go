@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -360,4 +361,23 @@ func TestFailedConnectionSetUpIsNotOutcomeUnknown(t *testing.T) {
 			assert.Zero(t, c.Stats().Nodes[0].OutcomeUnknown)
 		})
 	}
+}
+
+func TestBatchAnswered(t *testing.T) {
+	assert.True(t, batchAnswered(nil))
+	assert.True(t, batchAnswered(redis.Nil))
+	assert.True(t, batchAnswered(redis.TxFailedErr))
+	mr := miniredis.RunT(t)
+	mr.Lpush("list", "x")
+	cl := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer cl.Close()
+	wrongType := cl.Get(context.Background(), "list").Err()
+	require.Error(t, wrongType)
+	assert.True(t, batchAnswered(wrongType), "an error reply is an answer: %v", wrongType)
+
+	assert.False(t, batchAnswered(&net.OpError{Op: "read", Err: syscall.ECONNRESET}))
+	assert.False(t, batchAnswered(context.DeadlineExceeded))
+	assert.False(t, batchAnswered(redis.ErrClosed))
+	assert.False(t, batchAnswered(redis.ErrPoolTimeout))
+	assert.False(t, batchAnswered(ErrNodeUnavailable))
 }

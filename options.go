@@ -1,6 +1,7 @@
 package redisguard
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,11 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/auth"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
 )
 
 // Mode selects the go-redis client that NewClient builds.
@@ -58,6 +64,10 @@ const (
 	DefaultMaxRedirects         = 3
 	DefaultClusterNodeTimeout   = 15 * time.Second
 	DefaultHealthWriteTTL       = 5 * time.Second
+	DefaultSlowNodeFactor       = 4.0
+	DefaultSlowNodeFloor        = 5 * time.Millisecond
+	DefaultSlowNodeMarkAfter    = time.Second
+	DefaultSlowNodeEjection     = 5 * time.Second
 )
 
 // maxConnections is the largest MaxConnections and MaxLongConnections
@@ -161,6 +171,29 @@ type Config struct {
 	// default: DefaultNodeRecoveryTime (10s)
 	NodeRecoveryTime time.Duration
 
+	// SlowNodeFactor and SlowNodeFloor say when a node that still answers
+	// is slow: its recent latency (a moving average with a 500ms time
+	// constant, sampled from ordinary commands) is above SlowNodeFactor
+	// times the median of the other nodes' and above SlowNodeFloor. A node
+	// that stays slow for SlowNodeMarkAfter is marked slow, at most one node
+	// per shard and always fewer than half of the nodes; when every node is
+	// slow, none is. Standalone has no peers and never marks.
+	//
+	// While a node is marked, at most a few callers wait on it at once (a
+	// quarter of MaxConnections at the most, fewer the slower it is), and a
+	// command whose deadline would pass before the node answers at its
+	// current latency is refused at once; either refusal is ErrNodeSlow.
+	// A mark ends when the node has been fast again for 2s, or after
+	// SlowNodeEjection; a node marked again within six SlowNodeEjection of its
+	// last mark keeps its mark twice as long, up to six SlowNodeEjection.
+	// A negative SlowNodeFactor turns marking off.
+	// default: DefaultSlowNodeFactor (4), DefaultSlowNodeFloor (5ms),
+	// DefaultSlowNodeMarkAfter (1s), DefaultSlowNodeEjection (5s)
+	SlowNodeFactor    float64
+	SlowNodeFloor     time.Duration
+	SlowNodeMarkAfter time.Duration
+	SlowNodeEjection  time.Duration
+
 	// MaxRedirects is the number of MOVED/ASK redirects (and retries) per
 	// command in Cluster mode.
 	// default: DefaultMaxRedirects (3, as go-redis)
@@ -194,6 +227,180 @@ type Config struct {
 	// at error level; the command goes on unaffected.
 	// default: nil, no callback
 	OnEvent func(Event)
+
+	// The fields below are go-redis's (redis.UniversalOptions), with its
+	// names, types, meanings and defaults, so that options written for
+	// go-redis carry over. docs/options.md says how each reaches the
+	// connections redisguard opens.
+
+	// Protocol is the RESP version to speak, 2 or 3.
+	// default: 3 (as go-redis)
+	Protocol int
+
+	// Dialer opens every connection, to Redis and to the sentinels.
+	// default: a TCP dial (TLS with TLSConfig) bounded by DialTimeout
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// OnConnect runs on each new connection that carries the caller's
+	// commands (ordinary, long and dedicated ones), after the handshake; an
+	// error fails that connection. It does not run on the connections that
+	// recovery probes, mode detection and redisguard's own sentinel
+	// questions open: those carry no command of the caller's, and an
+	// OnConnect that failed for its own reasons would keep a healthy node's
+	// breaker open. (go-redis's failover client runs it on its sentinel
+	// connections, as it does without redisguard.)
+	// default: none
+	OnConnect func(ctx context.Context, cn *redis.Conn) error
+
+	// CredentialsProvider, CredentialsProviderContext (which wins when both
+	// are set) and StreamingCredentialsProvider supply the Redis user name
+	// and password for each new connection, recovery probes included, in
+	// place of Username and Password: rotating tokens, cloud IAM.
+	// The sentinels keep SentinelUsername and SentinelPassword.
+	// default: none
+	CredentialsProvider          func() (username string, password string)
+	CredentialsProviderContext   func(ctx context.Context) (username string, password string, err error)
+	StreamingCredentialsProvider auth.StreamingCredentialsProvider
+
+	// PoolSize is go-redis's name for MaxConnections. Set either; setting
+	// both to different values is an error.
+	// default: MaxConnections
+	PoolSize int
+
+	// PoolFIFO takes pooled connections oldest first instead of newest
+	// first, which closes idle ones sooner.
+	// default: false (LIFO)
+	PoolFIFO bool
+
+	// MinIdleConns is the number of idle ordinary connections each node's
+	// pool keeps open, at most MaxConnections. The long client and one-off
+	// connections keep none.
+	// default: 0
+	MinIdleConns int
+
+	// MaxIdleConns caps the idle connections each pool keeps.
+	// default: 0, no cap
+	MaxIdleConns int
+
+	// MaxActiveConns caps the connections each node's ordinary pool opens,
+	// subscriptions included. It must be 0 or at least MaxConnections: below
+	// it, go-redis fails the extra commands at once instead of waiting
+	// PoolTimeout for a turn.
+	// default: 0, no cap beyond MaxConnections
+	MaxActiveConns int
+
+	// MaxConcurrentDials caps the dials each pool runs at once.
+	// default: 0, the pool's size
+	MaxConcurrentDials int
+
+	// ConnMaxIdleTime closes a connection idle for longer; negative never
+	// does (as go-redis's -1).
+	// default: 30 minutes (as go-redis)
+	ConnMaxIdleTime time.Duration
+
+	// ConnMaxLifetime closes a connection older than this; zero or negative
+	// never does.
+	// default: 0
+	ConnMaxLifetime time.Duration
+
+	// ConnMaxLifetimeJitter spreads ConnMaxLifetime by up to this much either
+	// way, so that connections do not all expire at once.
+	// default: 0
+	ConnMaxLifetimeJitter time.Duration
+
+	// ReadBufferSize and WriteBufferSize size each connection's buffers,
+	// pipelines' included (redisguard runs them on the ordinary pool).
+	// default: 32 KiB each (as go-redis)
+	ReadBufferSize, WriteBufferSize int
+
+	// DisableIdentity skips CLIENT SETINFO on connect; IdentitySuffix is
+	// appended to the library name it sends.
+	// default: false, none
+	DisableIdentity bool
+	IdentitySuffix  string
+
+	// Deprecated: use DisableIdentity (go-redis keeps the misspelling too).
+	// default: false
+	DisableIndentity bool
+
+	// Deprecated: a no-op in go-redis v9.23, kept so options compile.
+	// default: false
+	UnstableResp3 bool
+
+	// FailingTimeoutSeconds is how long go-redis's cluster client avoids a
+	// node it marked as failing. Cluster only.
+	// default: 15
+	FailingTimeoutSeconds int
+
+	// PushNotificationProcessor handles RESP3 push notifications. Not
+	// allowed with client-side caching, which needs go-redis's own.
+	// default: go-redis's processor
+	PushNotificationProcessor push.NotificationProcessor
+
+	// AutoPipelineOptions is the default configuration of AutoPipeline and
+	// AsyncAutoPipeline.
+	// default: go-redis's defaults
+	AutoPipelineOptions *redis.AutoPipelineOptions
+
+	// ClientSideCacheConfig or ClientSideCache turns on go-redis's
+	// client-side cache (RESP3 server-assisted invalidation); the other
+	// ClientSideCache fields tune it, as in redis.Options. go-redis v9.23
+	// caches only on a single-server client, so these need Standalone mode
+	// (or ModeAuto finding a standalone server), Protocol 3, DB 0, no
+	// credentials provider and no PushNotificationProcessor; anything else
+	// is an ErrInvalidConfig, as go-redis would quietly run uncached.
+	// Only ordinary commands use the cache; long ones bypass it.
+	// default: nil, no cache
+	ClientSideCacheConfig                  *redis.ClientSideCacheConfig
+	ClientSideCache                        redis.Cache
+	ClientSideCacheStrategy                redis.CSCStrategy
+	ClientSideCacheRefreshOnInvalidate     bool
+	ClientSideCacheCoalesceMisses          bool
+	ClientSideCacheInvalidationBatchWindow time.Duration
+
+	// The go-redis fields below are redisguard's own to set; each accepts
+	// only its zero value and values that mean what redisguard does, and any
+	// other value is an ErrInvalidConfig that says why (docs/options.md).
+
+	// MaxRetries: 0 or -1. redisguard makes no go-redis retries: they would
+	// resend commands after read timeouts and retry pool timeouts. It
+	// retries a reset connection once itself.
+	// default: 0, no go-redis retries
+	MaxRetries int
+
+	// MinRetryBackoff, MaxRetryBackoff: 0 or negative; with no go-redis
+	// retries there is nothing to back off.
+	// default: 0, none
+	MinRetryBackoff, MaxRetryBackoff time.Duration
+
+	// ContextTimeoutEnabled: context deadlines are always honoured, so
+	// true and false (unset) mean the same.
+	// default: false, deadlines honoured
+	ContextTimeoutEnabled bool
+
+	// DialerRetries: 0 or 1. Each dial is one attempt, so that a node that
+	// does not answer reaches its breaker after one DialTimeout, not five.
+	// default: 0, one attempt
+	DialerRetries int
+
+	// DialerRetryTimeout: 0; with one attempt there is no wait between.
+	// default: 0
+	DialerRetryTimeout time.Duration
+
+	// PipelinePoolSize: 0 or negative (go-redis's opt-out). Pipelines run on
+	// the node's ordinary pool, so MaxConnections is the whole per-node
+	// budget; PipelineReadBufferSize and PipelineWriteBufferSize must be 0
+	// (ReadBufferSize and WriteBufferSize size pipelines' buffers).
+	// default: 0, no pipeline pool
+	PipelinePoolSize                                int
+	PipelineReadBufferSize, PipelineWriteBufferSize int
+
+	// MaintNotificationsConfig: nil or Mode maintnotifications.ModeDisabled.
+	// go-redis's maintenance handling relaxes timeouts and hands connections
+	// over to other endpoints on its own, behind the breakers and the
+	// ReadTimeout contract.
+	// default: nil, disabled
+	MaintNotificationsConfig *maintnotifications.Config
 }
 
 // invalid builds a configuration error that names the offending field.
@@ -270,11 +477,20 @@ func (cfg *Config) validate() error {
 		{"MaxRedirects", int64(cfg.MaxRedirects)},
 		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
+		{"SlowNodeFloor", int64(cfg.SlowNodeFloor)},
+		{"SlowNodeMarkAfter", int64(cfg.SlowNodeMarkAfter)},
+		{"SlowNodeEjection", int64(cfg.SlowNodeEjection)},
 	}
 	for _, f := range nonNegative {
+		if f.v < 0 && strings.HasSuffix(f.name, "Timeout") && f.name != "ClusterNodeTimeout" {
+			return invalid(f.name, "is negative (%d); go-redis reads that as no timeout, which redisguard does not have: it always bounds the wait", f.v)
+		}
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
 		}
+	}
+	if f := cfg.SlowNodeFactor; f != f || (f > 0 && f <= 1) {
+		return invalid("SlowNodeFactor", "is %v; a node is slow beside its peers only more than once their latency (negative turns marking off)", f)
 	}
 	for _, f := range []struct {
 		name string
@@ -285,7 +501,7 @@ func (cfg *Config) validate() error {
 		}
 	}
 
-	return nil
+	return cfg.validateGoRedis()
 }
 
 // withDefaults returns cfg with every zero field that has a default set to it.
@@ -300,7 +516,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.WriteTimeout = cfg.ReadTimeout
 	}
 	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections()
+		cfg.MaxConnections = cfg.poolSize()
 	}
 	if cfg.MaxLongConnections == 0 {
 		cfg.MaxLongConnections = cfg.MaxConnections
@@ -322,6 +538,18 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.HealthWriteTTL == 0 {
 		cfg.HealthWriteTTL = DefaultHealthWriteTTL
+	}
+	if cfg.SlowNodeFactor == 0 {
+		cfg.SlowNodeFactor = DefaultSlowNodeFactor
+	}
+	if cfg.SlowNodeFloor == 0 {
+		cfg.SlowNodeFloor = DefaultSlowNodeFloor
+	}
+	if cfg.SlowNodeMarkAfter == 0 {
+		cfg.SlowNodeMarkAfter = DefaultSlowNodeMarkAfter
+	}
+	if cfg.SlowNodeEjection == 0 {
+		cfg.SlowNodeEjection = DefaultSlowNodeEjection
 	}
 	return cfg
 }

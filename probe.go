@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
@@ -165,19 +164,7 @@ func answered(err error) bool {
 // handshake (credentials, TLS, protocol, database, client name), and returns
 // the reply. Every step waits at most wait; nothing is retried.
 func probeAddr(ctx context.Context, base *redis.Options, addr string, wait time.Duration, args ...any) (*redis.Cmd, error) {
-	opt := *base
-	opt.Addr = addr
-	// Two, though one connection is used: go-redis starts a background
-	// redial loop once a pool's failed dials reach its size, and a probe's
-	// single failed dial must not.
-	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 2, 0, 0, 0
-	opt.MaxRetries, opt.DialerRetries = -1, 1
-	opt.DialTimeout = min(opt.DialTimeout, wait)
-	opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = wait, wait, wait
-	opt.ContextTimeoutEnabled = true
-	opt.PipelinePoolSize = noPipelinePool
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	cl := redis.NewClient(&opt)
+	cl := newGoRedis(clientSpec{kind: clientProbe, base: base, addr: addr, wait: wait}).(*redis.Client)
 	defer cl.Close()
 	// go-redis turns a context's deadline into the socket's, but not its
 	// cancellation: closing the client is what ends a read in flight when

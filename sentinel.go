@@ -280,12 +280,7 @@ func (e *unknownMasterError) Error() string {
 // question and closed after it: a kept client whose dials failed twice
 // would start go-redis's background redial loop, which outlives Close.
 func (s *sentinelMaster) ask(ctx context.Context, sentinelAddr string) (string, error) {
-	opt := *s.sentinel
-	opt.Addr = sentinelAddr
-	opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, 1 // two: see probeAddr
-	opt.DialTimeout = min(opt.DialTimeout, sentinelQueryTimeout)
-	opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = sentinelQueryTimeout, sentinelQueryTimeout, sentinelQueryTimeout
-	cl := redis.NewSentinelClient(&opt)
+	cl := newGoRedis(clientSpec{kind: clientSentinelQuestion, base: s.sentinel, addr: sentinelAddr, wait: sentinelQueryTimeout}).(*redis.SentinelClient)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
 	defer cancel()

@@ -79,14 +79,39 @@ type NodeStats struct {
 	// was open; ProbeFailures counts those that failed.
 	Probes        uint64 `json:"probes"`
 	ProbeFailures uint64 `json:"probe_failures"`
+	// Slow says the node is marked slow (see Config.SlowNodeFactor);
+	// Latency is its sampled latency, zero before the first sample.
+	Slow    bool          `json:"slow"`
+	Latency time.Duration `json:"latency_ns"`
 }
 
 // Stats returns a snapshot of the client's guard state.
 func (c *Client) Stats() Stats {
 	var s Stats
-	for _, n := range c.nodes.all() {
+	s.Nodes = c.nodes.stats()
+	for _, n := range s.Nodes {
+		s.PoolExhaustions += n.PoolExhaustions
+	}
+	s.MaxConnections = c.cfg.MaxConnections
+	s.MaxLongConnections = c.cfg.MaxLongConnections
+	s.LongInUse = len(c.adm.permits)
+	s.LongExhaustions = c.adm.exhaustions.Load()
+	s.SubscriptionMoves = c.subs.moves.Load()
+	if t := c.topo; t != nil {
+		s.TopologyRefreshes = t.fetches.Load()
+		s.TopologyRefreshFailures = t.failures.Load()
+		s.LastRefreshDuration = time.Duration(t.lastDur.Load())
+	}
+	s.Divergence = c.div.stats()
+	return s
+}
+
+// stats returns the nodes' counters, sorted by address.
+func (s *nodeSet) stats() []NodeStats {
+	var out []NodeStats
+	for _, n := range s.all() {
 		snap := n.br.Snapshot()
-		s.Nodes = append(s.Nodes, NodeStats{
+		ns := NodeStats{
 			Addr:                n.addr,
 			State:               snap.State.String(),
 			ConsecutiveFailures: snap.ConsecutiveFailures,
@@ -97,20 +122,13 @@ func (c *Client) Stats() Stats {
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 			Probes:              n.probes.Load(),
 			ProbeFailures:       n.probeFailures.Load(),
-		})
-		s.PoolExhaustions += s.Nodes[len(s.Nodes)-1].PoolExhaustions
+			Slow:                n.slow.Load(),
+		}
+		if d, _, _, ok := n.lat.Estimate(); ok {
+			ns.Latency = d
+		}
+		out = append(out, ns)
 	}
-	s.MaxConnections = c.cfg.MaxConnections
-	s.MaxLongConnections = c.cfg.MaxLongConnections
-	s.LongInUse = len(c.adm.permits)
-	s.LongExhaustions = c.adm.exhaustions.Load()
-	s.SubscriptionMoves = c.subs.moves.Load()
-	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Addr < s.Nodes[j].Addr })
-	if t := c.topo; t != nil {
-		s.TopologyRefreshes = t.fetches.Load()
-		s.TopologyRefreshFailures = t.failures.Load()
-		s.LastRefreshDuration = time.Duration(t.lastDur.Load())
-	}
-	s.Divergence = c.div.stats()
-	return s
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
 }

@@ -36,6 +36,7 @@ type subscriptions struct {
 	nodes  *nodeSet        // breakers, by address
 	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
 	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
+	hooks  *clientHooks    // what the sharded-subscription client is built with; set before the first SSubscribe
 
 	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
 

@@ -44,10 +44,7 @@ func (s *subscriptions) sharded() *redis.ClusterClient {
 	if s.shard == nil {
 		// Its pools serve only the slot-map look-ups and the handshakes of
 		// its subscriptions; the subscriptions dial connections of their own.
-		cc := newGoRedis(s.k, s.nodes, nil, 1, false).(*redis.ClusterClient)
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(subscriptionBudget{s, routeSlotOwner}) })
-		s.topo.attach(cc)
-		s.shard = cc
+		s.shard = newGoRedis(clientSpec{kind: clientSharded, k: s.k, nodes: s.nodes, poolSize: 1, hooks: s.hooks}).(*redis.ClusterClient)
 	}
 	return s.shard
 }

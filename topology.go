@@ -145,3 +145,22 @@ func (t *topology) lastSlots() []redis.ClusterSlot {
 	}
 	return nil
 }
+
+// shards maps each node address of the last slot map to its shard's master
+// address; nil before the first map.
+func (t *topology) shards() map[string]string {
+	slots := t.lastSlots()
+	if slots == nil {
+		return nil
+	}
+	out := make(map[string]string)
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		for _, n := range r.Nodes {
+			out[n.Addr] = r.Nodes[0].Addr
+		}
+	}
+	return out
+}

@@ -2,14 +2,11 @@ package redisguard
 
 import (
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ParseURL parses a connection URL into a Config:
@@ -23,13 +20,14 @@ import (
 //
 // redis:// and rediss:// leave Mode to ModeAuto: one address, and the client
 // finds out on first contact whether it is a cluster node (see Mode). The
-// other schemes set Mode explicitly (ModeSentinel or ModeCluster). The port defaults to 6379, or 26379 for sentinels; an IPv6
-// address is written in brackets, [::1]:6379. The user name and password
-// always authenticate to the Redis servers that hold the data (Username,
-// Password), in every scheme: in a Sentinel URL they are the master's, unlike
-// go-redis's ParseFailoverURL, which gives them to the sentinels. Sentinel
+// other schemes set Mode explicitly (ModeSentinel or ModeCluster). The port
+// defaults to 6379, or 26379 for sentinels; an IPv6 address is written in
+// brackets, [::1]:6379. In redisguard's schemes the user name and password
+// authenticate to the Redis servers that hold the data (Username,
+// Password): in a redis+sentinel:// URL they are the master's. Sentinel
 // credentials, which are usually different or absent, go in the
-// sentinel_username and sentinel_password parameters.
+// sentinel_username and sentinel_password parameters. (go-redis's failover
+// form, below, keeps go-redis's reading.)
 //
 // TLS schemes set TLSConfig to verify the server with TLS 1.2 or later. For
 // rediss:// ServerName is the host. For Sentinel and Cluster it stays empty,
@@ -38,31 +36,54 @@ import (
 // crypto/tls verify each connection against the name it dialled rather than
 // against the first host in the URL.
 //
-// Parameters:
+// go-redis's URL forms read as go-redis reads them: redis://host?addr=h2:p
+// lists more hosts (a Cluster, as ParseClusterURL), and
+// redis://host?master_name=m is a Sentinel URL as ParseFailoverURL makes it,
+// the user info authenticating to the sentinels and the username and
+// password parameters to the master.
+//
+// redisguard's parameters:
 //
 //	parameter               Config field          value
-//	dial_timeout            DialTimeout           duration
-//	read_timeout            ReadTimeout           duration
-//	write_timeout           WriteTimeout          duration
-//	pool_timeout            PoolTimeout           duration
 //	max_connections         MaxConnections        whole number, 0 to 1048576
 //	max_long_connections    MaxLongConnections    whole number, 0 to 1048576
 //	node_failure_threshold  NodeFailureThreshold  whole number; negative turns breakers off
 //	node_recovery_time      NodeRecoveryTime      duration
 //	health_write_ttl        HealthWriteTTL        duration
-//	client_name             ClientName            printable ASCII, no spaces
-//	max_redirects           MaxRedirects          whole number >= 0 (cluster only)
+//	slow_node_factor        SlowNodeFactor        number; negative turns slow-node marking off
+//	slow_node_floor         SlowNodeFloor         duration
+//	slow_node_mark_after    SlowNodeMarkAfter     duration
+//	slow_node_ejection      SlowNodeEjection      duration
 //	cluster_node_timeout    ClusterNodeTimeout    duration (cluster only)
 //	sentinel_username       SentinelUsername      text (sentinel only)
 //	sentinel_password       SentinelPassword      text (sentinel only)
 //
-// A duration is a Go duration string such as 250ms or 3s, and never negative.
-// A bare number is refused rather than read as seconds: go-redis reads "3" as
-// three seconds and "0" or "-1" as "no timeout", and quietly giving those a
-// different meaning here would be worse than asking for a unit. Zero ("0s")
-// means the field's default, as in Config; redisguard has no "no timeout".
+// and every parameter of go-redis's ParseURL, ParseClusterURL and
+// ParseFailoverURL, with its name and meaning, setting the Config field of
+// the same name: protocol, client_name, db, addr (repeatable), dial_timeout,
+// read_timeout, write_timeout, pool_timeout, pool_size (MaxConnections;
+// not with max_connections), pool_fifo, min_idle_conns, max_idle_conns,
+// max_active_conns, max_concurrent_dials, conn_max_idle_time (or
+// idle_timeout), conn_max_lifetime (or max_conn_age),
+// conn_max_lifetime_jitter, skip_verify (TLS only), disableIdentity,
+// identitySuffix, unstable_resp3, max_redirects and failing_timeout_seconds
+// (cluster), master_name, username and password (failover form). Those whose
+// fields redisguard owns accept only what it does: max_retries=-1,
+// dialer_retries=1, min_retry_backoff and max_retry_backoff of 0 or less,
+// pipeline_pool_size below 0, context_timeout_enabled=true; dialer_retry_timeout
+// and the pipeline buffer sizes are refused. go-redis's replica switches
+// (read_only, route_by_latency, route_randomly, replica_only,
+// use_disconnected_replicas) may only be false, and route_by_latency_tolerance
+// is refused: replicas are read with read_from. docs/options.md has the
+// reasons.
 //
-// Every parameter may appear once and needs a value. Unknown parameters are
+// A duration is a Go duration such as 250ms, or, as in go-redis, a whole
+// number of seconds. For redisguard's durations zero means the default, as
+// in Config; go-redis reads a zero or negative timeout as "no timeout",
+// which redisguard has not, so those are refused, and a zero or negative
+// conn_max_idle_time or conn_max_lifetime means "never", as in go-redis.
+//
+// Every parameter but addr may appear once, and each needs a value. Unknown parameters are
 // errors, so a typo cannot silently leave a default in place. Values and
 // user info are percent-decoded; a '+' is a literal plus, never a space, so
 // that a base64 password survives. Percent-encode '@', '/', '?', '#', '&'
@@ -347,6 +368,18 @@ func parsePath(cfg *Config, path string) error {
 func parseQuery(cfg *Config, query, authority string) error {
 	segs := strings.Split(query, "&")
 	secrets := urlSecrets(cfg, authority, segs)
+	failover := cfg.Mode == ModeAuto && hasParam(segs, "master_name")
+	if failover {
+		// go-redis's ParseFailoverURL form: the hosts are sentinels, the
+		// user info their credentials, and the master's come in the
+		// username and password parameters.
+		cfg.Mode = ModeSentinel
+		cfg.SentinelUsername, cfg.SentinelPassword = cfg.Username, cfg.Password
+		cfg.Username, cfg.Password = "", ""
+		if cfg.TLSConfig != nil {
+			cfg.TLSConfig.ServerName = "" // see ParseURL: each dial verifies its own name
+		}
+	}
 	seen := make(map[string]bool)
 	for _, seg := range segs {
 		if seg == "" {
@@ -369,12 +402,12 @@ func parseQuery(cfg *Config, query, authority string) error {
 			return invalid("URL parameter", "is unknown; its name is not shown because it may be part of a password")
 		}
 		field := "URL parameter " + key
-		if seen[key] {
+		if seen[key] && !p.repeat {
 			return invalid(field, "is repeated")
 		}
 		seen[key] = true
-		if p.only != ModeAuto && p.only != cfg.Mode {
-			return invalid(field, "applies only to redis+%s:// and rediss+%[1]s:// URLs", p.only)
+		if err := p.allowed(cfg.Mode, failover); err != nil {
+			return invalid(field, "%v", err)
 		}
 		if rawVal == "" {
 			return invalid(field, "has no value")
@@ -387,7 +420,30 @@ func parseQuery(cfg *Config, query, authority string) error {
 			return invalid(field, "%v", err)
 		}
 	}
+	if seen["pool_size"] && seen["max_connections"] {
+		return invalid("URL parameter pool_size", "is go-redis's name for max_connections; give one of the two")
+	}
+	for _, alias := range [][2]string{{"idle_timeout", "conn_max_idle_time"}, {"max_conn_age", "conn_max_lifetime"}} {
+		if seen[alias[0]] && seen[alias[1]] {
+			return invalid("URL parameter "+alias[0], "is go-redis's old name for %s; give one of the two", alias[1])
+		}
+	}
+	if seen["conn_max_lifetime_jitter"] {
+		// As go-redis: the jitter never exceeds the lifetime.
+		cfg.ConnMaxLifetimeJitter = max(min(cfg.ConnMaxLifetimeJitter, cfg.ConnMaxLifetime), 0)
+	}
 	return nil
+}
+
+// hasParam reports whether a parameter named key appears in segs.
+func hasParam(segs []string, key string) bool {
+	for _, seg := range segs {
+		k, _, _ := strings.Cut(seg, "=")
+		if k, _ = url.PathUnescape(k); k == key {
+			return true
+		}
+	}
+	return false
 }
 
 func isParamName(s string) bool {
@@ -402,8 +458,9 @@ func isParamName(s string) bool {
 	return true
 }
 
-// urlSecrets lists the password and every sentinel_password value, both as
-// written and decoded, so that no error quotes text that matches them.
+// urlSecrets lists the password and every sentinel_password and password
+// value, both as written and decoded, so that no error quotes text that
+// matches them.
 func urlSecrets(cfg *Config, authority string, segs []string) []string {
 	secrets := []string{cfg.Password}
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
@@ -413,7 +470,7 @@ func urlSecrets(cfg *Config, authority string, segs []string) []string {
 	}
 	for _, seg := range segs {
 		rawKey, rawVal, _ := strings.Cut(seg, "=")
-		if key, _ := url.PathUnescape(rawKey); key == "sentinel_password" {
+		if key, _ := url.PathUnescape(rawKey); key == "sentinel_password" || key == "password" {
 			val, _ := url.PathUnescape(rawVal)
 			secrets = append(secrets, rawVal, val)
 		}
@@ -430,89 +487,4 @@ func overlapsAny(s string, secrets []string) bool {
 		}
 	}
 	return false
-}
-
-// urlParam is one query parameter: the mode it is limited to (ModeAuto for
-// none) and how it sets its field. set returns an error that never quotes
-// the value.
-type urlParam struct {
-	only Mode
-	set  func(cfg *Config, v string) error
-}
-
-var urlParams = map[string]urlParam{
-	"dial_timeout":           durationParam(func(c *Config) *time.Duration { return &c.DialTimeout }),
-	"read_timeout":           durationParam(func(c *Config) *time.Duration { return &c.ReadTimeout }),
-	"write_timeout":          durationParam(func(c *Config) *time.Duration { return &c.WriteTimeout }),
-	"pool_timeout":           durationParam(func(c *Config) *time.Duration { return &c.PoolTimeout }),
-	"max_connections":        connectionsParam(func(c *Config) *int { return &c.MaxConnections }),
-	"max_long_connections":   connectionsParam(func(c *Config) *int { return &c.MaxLongConnections }),
-	"node_failure_threshold": countParam(true, func(c *Config) *int { return &c.NodeFailureThreshold }),
-	"node_recovery_time":     durationParam(func(c *Config) *time.Duration { return &c.NodeRecoveryTime }),
-	"health_write_ttl":       durationParam(func(c *Config) *time.Duration { return &c.HealthWriteTTL }),
-	"client_name": {set: func(c *Config, v string) error {
-		// Redis refuses CLIENT SETNAME with spaces or non-printable bytes,
-		// and go-redis sends it on every new connection: a bad name would
-		// fail every dial, far from the URL that caused it.
-		for i := 0; i < len(v); i++ {
-			if v[i] < '!' || v[i] > '~' {
-				return errors.New("may only hold printable ASCII without spaces (Redis refuses others)")
-			}
-		}
-		c.ClientName = v
-		return nil
-	}},
-	"max_redirects":        {ModeCluster, countParam(false, func(c *Config) *int { return &c.MaxRedirects }).set},
-	"cluster_node_timeout": {ModeCluster, durationParam(func(c *Config) *time.Duration { return &c.ClusterNodeTimeout }).set},
-	"sentinel_username":    {ModeSentinel, func(c *Config, v string) error { c.SentinelUsername = v; return nil }},
-	"sentinel_password":    {ModeSentinel, func(c *Config, v string) error { c.SentinelPassword = v; return nil }},
-}
-
-func durationParam(field func(*Config) *time.Duration) urlParam {
-	return urlParam{set: func(c *Config, v string) error {
-		if isDigits(strings.TrimPrefix(v, "-")) {
-			return errors.New("has no unit; write e.g. 3s or 250ms (a bare number is not taken as seconds)")
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return errors.New("is not a duration such as 3s or 250ms")
-		}
-		if d < 0 {
-			return errors.New("is negative")
-		}
-		*field(c) = d
-		return nil
-	}}
-}
-
-// connectionsParam is a count of connections, bounded as Config bounds it.
-func connectionsParam(field func(*Config) *int) urlParam {
-	count := countParam(false, field)
-	return urlParam{set: func(c *Config, v string) error {
-		if err := count.set(c, v); err != nil {
-			return err
-		}
-		if *field(c) > maxConnections {
-			return fmt.Errorf("is more than %d: go-redis sets up each pool in proportion to its size", maxConnections)
-		}
-		return nil
-	}}
-}
-
-func countParam(negativeOK bool, field func(*Config) *int) urlParam {
-	return urlParam{set: func(c *Config, v string) error {
-		digits, want := v, "is not a whole number >= 0"
-		if negativeOK {
-			digits, want = strings.TrimPrefix(v, "-"), "is not a whole number"
-		}
-		n, err := strconv.Atoi(v)
-		if !isDigits(digits) {
-			return errors.New(want)
-		}
-		if err != nil {
-			return errors.New("is out of range")
-		}
-		*field(c) = n
-		return nil
-	}}
 }

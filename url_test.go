@@ -57,9 +57,14 @@ var parseURLCases = []struct {
 			DialTimeout: time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 2 * time.Second,
 			PoolTimeout: 4 * time.Second, MaxConnections: 20, MaxLongConnections: 5, NodeFailureThreshold: 3,
 			NodeRecoveryTime: 30 * time.Second, HealthWriteTTL: time.Minute, ClientName: "api-1"}},
+	{"slow-node parameters", "redis://h?slow_node_factor=2.5&slow_node_floor=3ms&slow_node_mark_after=2s&slow_node_ejection=10s",
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, SlowNodeFactor: 2.5, SlowNodeFloor: 3 * time.Millisecond,
+			SlowNodeMarkAfter: 2 * time.Second, SlowNodeEjection: 10 * time.Second}},
+	{"negative slow-node factor turns marking off", "redis://h?slow_node_factor=-1",
+		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, SlowNodeFactor: -1}},
 	{"negative threshold turns breakers off", "redis://h?node_failure_threshold=-1",
 		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, NodeFailureThreshold: -1}},
-	{"zero duration and count mean default", "redis://h?dial_timeout=0s&max_connections=0",
+	{"zero duration and count mean default", "redis://h?node_recovery_time=0s&max_connections=0",
 		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}}},
 	{"empty query segments are ignored", "redis://h?&dial_timeout=1s&",
 		Config{Mode: ModeAuto, Addrs: []string{"h:6379"}, DialTimeout: time.Second}},
@@ -146,15 +151,16 @@ func TestParseURLErrors(t *testing.T) {
 		{"sentinel three segments", "redis+sentinel://h/m/1/2", "URL path"},
 		{"cluster with db", "redis+cluster://h/0", "URL path"},
 		{"unknown parameter", "redis://h?foo=1", "URL parameter foo"},
-		{"go-redis parameter", "redis://h?pool_size=10", "URL parameter pool_size"},
 		{"parameter name in upper case", "redis://h?DIAL_TIMEOUT=1s", "URL parameter DIAL_TIMEOUT"},
 		{"repeated parameter", "redis://h?dial_timeout=1s&dial_timeout=2s", "URL parameter dial_timeout is repeated"},
 		{"parameter without '='", "redis://h?dial_timeout", "URL parameter dial_timeout has no value"},
 		{"parameter with empty value", "redis://h?read_timeout=", "URL parameter read_timeout has no value"},
-		{"duration without unit", "redis://h?dial_timeout=5", "URL parameter dial_timeout has no unit"},
-		{"bare zero duration", "redis://h?read_timeout=0", "URL parameter read_timeout has no unit"},
+		{"go-redis 'no timeout' as a bare zero", "redis://h?read_timeout=0", "URL parameter read_timeout is zero or negative"},
 		{"go-redis 'no timeout'", "redis://h?write_timeout=-1", "URL parameter write_timeout"},
-		{"negative duration", "redis://h?pool_timeout=-1s", "URL parameter pool_timeout is negative"},
+		{"negative duration", "redis://h?node_recovery_time=-1s", "URL parameter node_recovery_time is negative"},
+		{"slow-node factor not a number", "redis://h?slow_node_factor=fast", "URL parameter slow_node_factor is not a number"},
+		{"slow-node factor of one", "redis://h?slow_node_factor=1", "SlowNodeFactor"},
+		{"negative timeout", "redis://h?pool_timeout=-1s", "URL parameter pool_timeout is zero or negative"},
 		{"not a duration", "redis://h?node_recovery_time=fast", "URL parameter node_recovery_time"},
 		{"negative count", "redis://h?max_connections=-1", "URL parameter max_connections"},
 		{"fractional count", "redis://h?max_long_connections=1.5", "URL parameter max_long_connections"},
@@ -164,7 +170,7 @@ func TestParseURLErrors(t *testing.T) {
 		{"long connections past the limit", "redis+cluster://h?max_long_connections=4611686018427387904", "URL parameter max_long_connections is more than"},
 		{"threshold not a number", "redis://h?node_failure_threshold=off", "URL parameter node_failure_threshold"},
 		{"client name with a space", "redis://h?client_name=a%20b", "URL parameter client_name"},
-		{"cluster parameter on redis://", "redis://h?max_redirects=3", "URL parameter max_redirects"},
+		{"cluster parameter on sentinel URL", "redis+sentinel://h/m?max_redirects=3", "URL parameter max_redirects"},
 		{"cluster parameter on sentinel", "redis+sentinel://h/m?cluster_node_timeout=1s", "URL parameter cluster_node_timeout"},
 		{"sentinel parameter on redis://", "redis://h?sentinel_username=x", "URL parameter sentinel_username"},
 		{"bad escape in value", "redis://h?client_name=%zz", "URL parameter client_name"},
@@ -250,6 +256,9 @@ func FuzzParseURL(f *testing.F) {
 	for _, tt := range parseURLCases {
 		f.Add(tt.url)
 	}
+	for _, tt := range goRedisURLCases {
+		f.Add(tt.url)
+	}
 	f.Add("redis://h?max_connections=1048576&max_long_connections=1048576")
 	f.Add("redis+sentinel://h/m?max_connections=1000000000000000")
 	f.Add("redis+cluster://h?max_long_connections=4611686018427387904")
@@ -277,8 +286,12 @@ func FuzzParseURL(f *testing.F) {
 		}
 		_ = c.Close()
 		if pass, ok := fuzzPassword(s); ok {
-			if dec, _ := url.PathUnescape(pass); cfg.Password != dec {
-				t.Fatalf("the test reads the password as %q, ParseURL as %q", dec, cfg.Password)
+			got := cfg.Password
+			if cfg.Mode == ModeSentinel && !strings.Contains(strings.SplitN(s, "://", 2)[0], "+") {
+				got = cfg.SentinelPassword // go-redis's failover form: the user info is the sentinels'
+			}
+			if dec, _ := url.PathUnescape(pass); got != dec {
+				t.Fatalf("the test reads the password as %q, ParseURL as %q", dec, got)
 			}
 		}
 		again, err := ParseURL(formatURL(cfg))
@@ -338,7 +351,7 @@ func lookAlike(s string) string {
 }
 
 // fuzzSecrets finds the secrets in s the way a reader of the URL would: the
-// user info password and every sentinel_password value, each decoded first
+// user info password and every sentinel_password and password value, each decoded first
 // (when it decodes) and then as written. It is written independently of
 // ParseURL, to cross-check it.
 func fuzzSecrets(s string) []string {
@@ -354,7 +367,7 @@ func fuzzSecrets(s string) []string {
 	if _, query, ok := strings.Cut(tail, "?"); ok {
 		for _, seg := range strings.Split(query, "&") {
 			k, v, _ := strings.Cut(seg, "=")
-			if key, _ := url.PathUnescape(k); key == "sentinel_password" && v != "" {
+			if key, _ := url.PathUnescape(k); (key == "sentinel_password" || key == "password") && v != "" {
 				raw = append(raw, v)
 			}
 		}
@@ -406,15 +419,20 @@ func formatURL(cfg Config) string {
 	if cfg.Username != "" || cfg.Password != "" {
 		b.WriteString(esc(cfg.Username) + ":" + esc(cfg.Password) + "@")
 	}
+	var q []string
 	for i, a := range cfg.Addrs {
 		host, port, _ := net.SplitHostPort(a)
 		if strings.Contains(host, ":") {
 			host = "[" + strings.Replace(host, "%", "%25", 1) + "]"
 		}
-		if i > 0 {
-			b.WriteString(",")
+		switch {
+		case i == 0:
+			b.WriteString(host + ":" + port)
+		case cfg.Mode == ModeAuto: // go-redis's cluster form
+			q = append(q, "addr="+host+":"+port)
+		default:
+			b.WriteString("," + host + ":" + port)
 		}
-		b.WriteString(host + ":" + port)
 	}
 	if cfg.Mode == ModeSentinel {
 		b.WriteString("/" + esc(cfg.MasterName))
@@ -422,7 +440,6 @@ func formatURL(cfg Config) string {
 	if cfg.DB != 0 {
 		b.WriteString("/" + strconv.Itoa(cfg.DB))
 	}
-	var q []string
 	dur := func(name string, d time.Duration) {
 		if d != 0 {
 			q = append(q, name+"="+d.String())
@@ -447,11 +464,45 @@ func formatURL(cfg Config) string {
 	num("node_failure_threshold", cfg.NodeFailureThreshold)
 	dur("node_recovery_time", cfg.NodeRecoveryTime)
 	dur("health_write_ttl", cfg.HealthWriteTTL)
+	if cfg.SlowNodeFactor != 0 {
+		q = append(q, "slow_node_factor="+strconv.FormatFloat(cfg.SlowNodeFactor, 'g', -1, 64))
+	}
+	dur("slow_node_floor", cfg.SlowNodeFloor)
+	dur("slow_node_mark_after", cfg.SlowNodeMarkAfter)
+	dur("slow_node_ejection", cfg.SlowNodeEjection)
 	str("client_name", cfg.ClientName)
 	num("max_redirects", cfg.MaxRedirects)
 	dur("cluster_node_timeout", cfg.ClusterNodeTimeout)
 	str("sentinel_username", cfg.SentinelUsername)
 	str("sentinel_password", cfg.SentinelPassword)
+	flag := func(name string, on bool) {
+		if on {
+			q = append(q, name+"=true")
+		}
+	}
+	num("protocol", cfg.Protocol)
+	num("pool_size", cfg.PoolSize)
+	flag("pool_fifo", cfg.PoolFIFO)
+	num("min_idle_conns", cfg.MinIdleConns)
+	num("max_idle_conns", cfg.MaxIdleConns)
+	num("max_active_conns", cfg.MaxActiveConns)
+	num("max_concurrent_dials", cfg.MaxConcurrentDials)
+	dur("conn_max_idle_time", cfg.ConnMaxIdleTime)
+	dur("conn_max_lifetime", cfg.ConnMaxLifetime)
+	dur("conn_max_lifetime_jitter", cfg.ConnMaxLifetimeJitter)
+	flag("disableIdentity", cfg.DisableIdentity)
+	str("identitySuffix", cfg.IdentitySuffix)
+	flag("unstable_resp3", cfg.UnstableResp3)
+	num("failing_timeout_seconds", cfg.FailingTimeoutSeconds)
+	num("max_retries", cfg.MaxRetries)
+	dur("min_retry_backoff", cfg.MinRetryBackoff)
+	dur("max_retry_backoff", cfg.MaxRetryBackoff)
+	num("dialer_retries", cfg.DialerRetries)
+	num("pipeline_pool_size", cfg.PipelinePoolSize)
+	flag("context_timeout_enabled", cfg.ContextTimeoutEnabled)
+	if cfg.TLSConfig != nil {
+		flag("skip_verify", cfg.TLSConfig.InsecureSkipVerify)
+	}
 	if len(q) > 0 {
 		b.WriteString("?" + strings.Join(q, "&"))
 	}

@@ -100,6 +100,10 @@ var (
 		"Recovery probes sent to the node while its breaker was open.", []string{"node"}, nil)
 	descProbeFailures = prometheus.NewDesc(namespace+"_node_probe_failures_total",
 		"Recovery probes of the node that failed.", []string{"node"}, nil)
+	descSlow = prometheus.NewDesc(namespace+"_node_slow",
+		"1 while the node is marked slow beside its peers, else 0.", []string{"node"}, nil)
+	descLatency = prometheus.NewDesc(namespace+"_node_latency_seconds",
+		"The node's sampled latency (a moving average of ordinary commands).", []string{"node"}, nil)
 	descMaxConns = prometheus.NewDesc(namespace+"_max_connections",
 		"Ordinary connection budget per node (MaxConnections).", nil, nil)
 	descMaxLong = prometheus.NewDesc(namespace+"_max_long_connections",
@@ -120,7 +124,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (s *Stats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted, descOutcomeUnknown,
+	for _, d := range []*prometheus.Desc{descBreaker, descOpens, descFailures, descInFlight, descNodeExhausted, descOutcomeUnknown, descSlow, descLatency,
 		descProbes, descProbeFailures,
 		descMaxConns, descMaxLong, descLongInUse, descLongExhausted, descRefreshes, descRefreshFailures, descLastRefresh, descDivergence} {
 		ch <- d
@@ -145,6 +149,12 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOutcomeUnknown, prometheus.CounterValue, float64(n.OutcomeUnknown), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(n.Probes), n.Addr)
 		ch <- prometheus.MustNewConstMetric(descProbeFailures, prometheus.CounterValue, float64(n.ProbeFailures), n.Addr)
+		slow := 0.0
+		if n.Slow {
+			slow = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSlow, prometheus.GaugeValue, slow, n.Addr)
+		ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, n.Latency.Seconds(), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, float64(st.MaxConnections))
 	ch <- prometheus.MustNewConstMetric(descMaxLong, prometheus.GaugeValue, float64(st.MaxLongConnections))

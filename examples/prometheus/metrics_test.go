@@ -60,6 +60,8 @@ func TestMetrics(t *testing.T) {
 		`redisguard_node_outcome_unknown_total{node="` + addr + `"} 0`,
 		`redisguard_node_probes_total{node="` + addr + `"} 0`,
 		`redisguard_node_probe_failures_total{node="` + addr + `"} 0`,
+		`redisguard_node_slow{node="` + addr + `"} 0`,
+		`redisguard_node_latency_seconds{node="` + addr + `"}`,
 		"redisguard_max_connections 7",
 		"redisguard_max_long_connections 7",
 		"redisguard_long_in_use 0",

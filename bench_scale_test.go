@@ -1,0 +1,619 @@
+package redisguard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/svgplot"
+)
+
+// TestBenchScale is `make bench-scale`: how redisguard's cost grows with
+// callers, pipeline length and cluster size, beside go-redis with its
+// defaults and with redisguard's options, plain and through AutoPipeline.
+// It regenerates the scale section of docs/performance.md and its charts.
+// REDISGUARD_BENCH_SCALE=1 runs it in full (several minutes); =quick runs a
+// short smoke version that checks the harness and writes nothing.
+//
+// Every cell interleaves the clients as TestHealthyPathRatio does: a round
+// runs each client for one timed slice, in an order reversed every other
+// round, and each ratio compares slices of one round, so the shared
+// machine's noise mostly cancels; the figures are medians over the rounds.
+func TestBenchScale(t *testing.T) {
+	mode := os.Getenv("REDISGUARD_BENCH_SCALE")
+	if mode != "1" && mode != "quick" {
+		t.Skip("set REDISGUARD_BENCH_SCALE=1 (make bench-scale) to measure the cost curves")
+	}
+	p := scaleParams{rounds: 31, slice: 25 * time.Millisecond, masters: []int{3, 6, 12}}
+	if mode == "quick" {
+		p = scaleParams{rounds: 3, slice: 20 * time.Millisecond, masters: []int{3}}
+	}
+	start := time.Now()
+	var rep scaleReport
+	rep.measureTopology(t, p, "standalone", 0)
+	for _, m := range p.masters {
+		rep.measureTopology(t, p, fmt.Sprintf("cluster of %d", m), m)
+	}
+	rep.took = time.Since(start)
+	rep.params = p
+	md := rep.markdown()
+	t.Log("\n" + md)
+	if mode == "quick" {
+		rep.judge(t.Logf) // too few rounds to judge by
+		return
+	}
+	rep.judge(t.Errorf)
+	require.NoError(t, rep.write("docs"))
+}
+
+type scaleParams struct {
+	rounds  int
+	slice   time.Duration
+	masters []int // cluster sizes measured after standalone
+}
+
+var (
+	scaleCallers   = []int{1, 8, 64, 512}
+	scalePipelines = []int{1, 10, 100, 1000}
+)
+
+// The clients of one topology, in report order.
+const (
+	sideDefaults   = iota // go-redis, default options
+	sideStock             // go-redis, redisguard's go-redis options, no hooks
+	sideControl           // a second client like sideStock: the method's resolution
+	sideGuard             // redisguard
+	sideAPDefaults        // AutoPipeline of sideDefaults
+	sideAPStock           // AutoPipeline of sideStock
+	sideAPGuard           // AutoPipeline of sideGuard
+	numSides
+)
+
+var sideNames = [numSides]string{"go-redis (defaults)", "go-redis (same options)", "control", "redisguard",
+	"AutoPipeline go-redis (defaults)", "AutoPipeline go-redis (same options)", "AutoPipeline redisguard"}
+
+// scaleCell is one measured point: each side's median throughput and
+// latency quantiles, and the medians of the per-round ratios.
+type scaleCell struct {
+	topology, workload string
+	n                  int // callers, or pipeline length
+	rate               [numSides]float64
+	p50, p99           [numSides]time.Duration
+	ratio              float64 // redisguard / go-redis (same options)
+	control            float64 // control / go-redis (same options)
+	vsDefaults         float64 // redisguard / go-redis (defaults)
+	apRatio            float64 // AutoPipeline redisguard / AutoPipeline go-redis (same options); NaN if not run
+	apVsDefaults       float64 // AutoPipeline redisguard / AutoPipeline go-redis (defaults)
+}
+
+type idleCost struct {
+	topology              string
+	nodes                 int
+	goroutines, heapBytes [2]float64 // go-redis (same options), redisguard: growth from building and warming one client
+}
+
+type refreshCost struct {
+	masters int
+	took    time.Duration // median CLUSTER SLOTS fetch through redisguard's refresh path
+	allocs  float64       // per fetch, in this process
+	ranges  int
+}
+
+type scaleReport struct {
+	params  scaleParams
+	took    time.Duration
+	calls   []scaleCell // GET and SET by callers
+	pipes   []scaleCell // pipelines of GETs by length, 8 callers
+	idle    []idleCost
+	refresh []refreshCost
+}
+
+// scaleTarget is one topology's clients.
+type scaleTarget struct {
+	name  string
+	sides [numSides]redis.UniversalClient
+	aps   []*redis.AutoPipeliner
+	guard *Client
+}
+
+func (r *scaleReport) measureTopology(t *testing.T, p scaleParams, name string, masters int) {
+	t.Helper()
+	var addrs []string
+	var cfg Config
+	if masters == 0 {
+		srv := redistest.StartServer(t)
+		addrs = []string{srv.Addr}
+		cfg = Config{Addrs: addrs}
+	} else {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: masters})
+		addrs = cl.Addrs()
+		cfg = Config{Mode: ModeCluster, Addrs: addrs}
+	}
+	r.idle = append(r.idle, measureIdle(t, name, cfg, max(masters, 1)))
+	if masters > 0 {
+		r.refresh = append(r.refresh, measureRefresh(t, cfg, masters))
+	}
+
+	tg := newScaleTarget(t, name, cfg)
+	ctx := testCtx(t, 30*time.Second)
+	for _, c := range tg.sides {
+		require.NoError(t, c.Set(ctx, "bench:key", "value", 0).Err())
+		require.NoError(t, c.Get(ctx, "bench:key").Err())
+	}
+	get := func(ctx context.Context, c redis.Cmdable) error { return c.Get(ctx, "bench:key").Err() }
+	set := func(ctx context.Context, c redis.Cmdable) error { return c.Set(ctx, "bench:key", "value", 0).Err() }
+	for _, w := range []struct {
+		name string
+		op   func(context.Context, redis.Cmdable) error
+	}{{"GET", get}, {"SET", set}} {
+		for _, n := range scaleCallers {
+			cell := measureCell(t, p, tg, numSides, w.op, n)
+			cell.topology, cell.workload, cell.n = name, w.name, n
+			r.calls = append(r.calls, cell)
+		}
+	}
+	for _, length := range scalePipelines {
+		op := func(ctx context.Context, c redis.Cmdable) error {
+			_, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+				for i := range length {
+					pl.Get(ctx, "bench:pipe:"+strconv.Itoa(i%16))
+				}
+				return nil
+			})
+			if err == redis.Nil {
+				return nil
+			}
+			return err
+		}
+		cell := measureCell(t, p, tg, sideAPDefaults, op, 4*runtime.GOMAXPROCS(0))
+		cell.topology, cell.workload, cell.n = name, "pipeline", length
+		r.pipes = append(r.pipes, cell)
+	}
+}
+
+func newScaleTarget(t *testing.T, name string, cfg Config) *scaleTarget {
+	g := newTestClient(t, cfg)
+	tg := &scaleTarget{name: name, guard: g}
+	switch rc := g.UniversalClient.(type) {
+	case *redis.Client:
+		opt := *rc.Options()
+		ctl := opt
+		tg.sides[sideStock] = redis.NewClient(&opt)
+		tg.sides[sideControl] = redis.NewClient(&ctl)
+		tg.sides[sideDefaults] = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0]})
+	case *redis.ClusterClient:
+		opt := *rc.Options()
+		opt.NewClient = nil // without redisguard's node hooks
+		ctl := opt
+		tg.sides[sideStock] = redis.NewClusterClient(&opt)
+		tg.sides[sideControl] = redis.NewClusterClient(&ctl)
+		tg.sides[sideDefaults] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs})
+	}
+	tg.sides[sideGuard] = g
+	for _, pair := range [][2]int{{sideAPDefaults, sideDefaults}, {sideAPStock, sideStock}, {sideAPGuard, sideGuard}} {
+		ap, err := tg.sides[pair[1]].AutoPipeline()
+		require.NoError(t, err, sideNames[pair[0]])
+		tg.aps = append(tg.aps, ap)
+		tg.sides[pair[0]] = autoPipelineSide{UniversalClient: tg.sides[pair[1]], ap: ap}
+	}
+	t.Cleanup(func() {
+		for _, ap := range tg.aps {
+			_ = ap.Close()
+		}
+		for _, s := range []int{sideDefaults, sideStock, sideControl} {
+			_ = tg.sides[s].Close()
+		}
+	})
+	return tg
+}
+
+// autoPipelineSide sends GET and SET through an AutoPipeliner; the rest of
+// the client is its own.
+type autoPipelineSide struct {
+	redis.UniversalClient
+	ap *redis.AutoPipeliner
+}
+
+func (s autoPipelineSide) Get(ctx context.Context, key string) *redis.StringCmd {
+	return s.ap.Get(ctx, key)
+}
+
+func (s autoPipelineSide) Set(ctx context.Context, key string, value interface{}, exp time.Duration) *redis.StatusCmd {
+	return s.ap.Set(ctx, key, value, exp)
+}
+
+// measureCell runs op from callers goroutines on the first sides of tg
+// (all of them, or the plain ones), p.rounds times each, interleaved.
+func measureCell(t *testing.T, p scaleParams, tg *scaleTarget, sides int, op func(context.Context, redis.Cmdable) error, callers int) scaleCell {
+	t.Helper()
+	var rates [numSides][]float64
+	var hist [numSides]latencyHist
+	var ratio, control, vsDef, apRatio, apVsDef []float64
+	order := make([]int, sides)
+	for i := range order {
+		order[i] = i
+	}
+	for round := range p.rounds {
+		var rate [numSides]float64
+		seq := slices.Clone(order)
+		if round%2 == 1 {
+			slices.Reverse(seq)
+		}
+		for _, s := range seq {
+			rate[s] = timedSlice(t, tg.sides[s], op, callers, p.slice, &hist[s])
+			rates[s] = append(rates[s], rate[s])
+		}
+		ratio = append(ratio, rate[sideGuard]/rate[sideStock])
+		control = append(control, rate[sideControl]/rate[sideStock])
+		vsDef = append(vsDef, rate[sideGuard]/rate[sideDefaults])
+		if sides > sideAPGuard {
+			apRatio = append(apRatio, rate[sideAPGuard]/rate[sideAPStock])
+			apVsDef = append(apVsDef, rate[sideAPGuard]/rate[sideAPDefaults])
+		}
+	}
+	c := scaleCell{ratio: median(ratio), control: median(control), vsDefaults: median(vsDef),
+		apRatio: math.NaN(), apVsDefaults: math.NaN()}
+	if len(apRatio) > 0 {
+		c.apRatio, c.apVsDefaults = median(apRatio), median(apVsDef)
+	}
+	for s := range numSides {
+		c.rate[s] = math.NaN()
+		if len(rates[s]) > 0 {
+			c.rate[s] = median(rates[s])
+			c.p50[s], c.p99[s] = hist[s].quantile(0.5), hist[s].quantile(0.99)
+		}
+	}
+	return c
+}
+
+// timedSlice runs op on c from callers goroutines for d and returns the
+// calls completed per second; with h, it also records each call's latency.
+func timedSlice(t *testing.T, c redis.Cmdable, op func(context.Context, redis.Cmdable) error, callers int, d time.Duration, h *latencyHist) float64 {
+	ctx := context.Background()
+	counts := make([]uint64, callers)
+	var hs []latencyHist
+	if h != nil {
+		hs = make([]latencyHist, callers)
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	end := start.Add(d)
+	for i := range callers {
+		wg.Go(func() {
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				if err := op(ctx, c); err != nil {
+					t.Error(err)
+					return
+				}
+				counts[i]++
+				if hs != nil {
+					hs[i].add(time.Since(t0))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var n uint64
+	for i := range counts {
+		n += counts[i]
+		if h != nil {
+			h.merge(&hs[i])
+		}
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+// latencyHist counts latencies in buckets an eighth of a power of two wide
+// (about 9%), from 1µs.
+type latencyHist struct {
+	n       uint64
+	buckets [200]uint64
+}
+
+func (h *latencyHist) add(d time.Duration) {
+	i := 0
+	if us := float64(d) / float64(time.Microsecond); us > 1 {
+		i = min(int(8*math.Log2(us)), len(h.buckets)-1)
+	}
+	h.buckets[i]++
+	h.n++
+}
+
+func (h *latencyHist) merge(o *latencyHist) {
+	h.n += o.n
+	for i, b := range o.buckets {
+		h.buckets[i] += b
+	}
+}
+
+// quantile returns the upper edge of the bucket holding quantile q.
+func (h *latencyHist) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(h.n)))
+	var seen uint64
+	for i, b := range h.buckets {
+		seen += b
+		if seen >= want {
+			return time.Duration(math.Exp2(float64(i+1)/8) * float64(time.Microsecond))
+		}
+	}
+	return time.Duration(math.Exp2(float64(len(h.buckets))/8) * float64(time.Microsecond))
+}
+
+// measureIdle builds go-redis (same options) and redisguard clients for cfg
+// one after the other, sends one command to every node through each, and
+// reports what each added to the process: goroutines and live heap.
+func measureIdle(t *testing.T, name string, cfg Config, nodes int) idleCost {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	warm := func(c redis.UniversalClient) {
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }))
+			return
+		}
+		require.NoError(t, c.Ping(ctx).Err())
+	}
+	snapshot := func() (int, uint64) {
+		time.Sleep(50 * time.Millisecond) // let started goroutines settle
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return runtime.NumGoroutine(), ms.HeapAlloc
+	}
+	cost := idleCost{topology: name, nodes: nodes}
+	for i, build := range []func() redis.UniversalClient{
+		func() redis.UniversalClient {
+			resolved, err := cfg.resolve()
+			require.NoError(t, err)
+			return redis.NewUniversalClient(newCore(resolved, clock.Real()).options(resolved.MaxConnections))
+		},
+		func() redis.UniversalClient {
+			g, err := NewClient(cfg)
+			require.NoError(t, err)
+			return g
+		},
+	} {
+		g0, h0 := snapshot()
+		c := build()
+		warm(c)
+		g1, h1 := snapshot()
+		cost.goroutines[i] = float64(g1 - g0)
+		cost.heapBytes[i] = float64(int64(h1) - int64(h0))
+		require.NoError(t, c.Close())
+	}
+	return cost
+}
+
+// measureRefresh times the fetch behind a redisguard topology refresh (one
+// CLUSTER SLOTS, parsed) on a cluster of masters nodes.
+func measureRefresh(t *testing.T, cfg Config, masters int) refreshCost {
+	t.Helper()
+	g := newTestClient(t, cfg)
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, g.Ping(ctx).Err())
+	const fetches = 30
+	var took []float64
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for range fetches {
+		g.topo.nextFetch.Store(0) // past the rate limit: a real fetch each time
+		t0 := time.Now()
+		require.NoError(t, g.ClusterSlots(ctx).Err())
+		took = append(took, float64(time.Since(t0)))
+	}
+	runtime.ReadMemStats(&ms1)
+	return refreshCost{masters: masters, took: time.Duration(median(took)),
+		allocs: float64(ms1.Mallocs-ms0.Mallocs) / fetches, ranges: len(g.topo.lastSlots())}
+}
+
+// judge applies issue targets to the run: single commands and pipelines of
+// 100 at ≥ 0.98 of go-redis with the same options, AutoPipeline at ≥ 0.95.
+func (r *scaleReport) judge(fail func(format string, args ...any)) {
+	for _, c := range r.calls {
+		if c.ratio < 0.98 {
+			fail("%s %s at %d callers: redisguard/go-redis %.3f < 0.98 (control %.3f)", c.topology, c.workload, c.n, c.ratio, c.control)
+		}
+		if c.workload == "GET" && c.apRatio < 0.95 {
+			fail("%s AutoPipeline GET at %d callers: redisguard/go-redis %.3f < 0.95", c.topology, c.n, c.apRatio)
+		}
+	}
+	for _, c := range r.pipes {
+		if c.n == 100 && c.ratio < 0.98 {
+			fail("%s pipeline of 100: redisguard/go-redis %.3f < 0.98 (control %.3f)", c.topology, c.ratio, c.control)
+		}
+	}
+	for _, c := range r.idle {
+		if c.goroutines[1] > c.goroutines[0] {
+			fail("%s: an idle redisguard client runs %.0f goroutines, go-redis %.0f", c.topology, c.goroutines[1], c.goroutines[0])
+		}
+	}
+}
+
+const (
+	scaleBegin = "<!-- bench-scale:begin (generated by make bench-scale; do not edit) -->"
+	scaleEnd   = "<!-- bench-scale:end -->"
+)
+
+// write replaces the generated section of dir/performance.md and writes the
+// charts beside it.
+func (r *scaleReport) write(dir string) error {
+	path := filepath.Join(dir, "performance.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(doc)
+	i, j := strings.Index(s, scaleBegin), strings.Index(s, scaleEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %q … %q section", path, scaleBegin, scaleEnd)
+	}
+	s = s[:i] + scaleBegin + "\n" + r.markdown() + s[j:]
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		return err
+	}
+	for file, chart := range r.charts() {
+		var b bytes.Buffer
+		if err := chart.WriteSVG(&b); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *scaleReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nRun of %s: `make bench-scale`, %d rounds of %v slices per cell, %v in all; GOMAXPROCS %d, %s/%s, %s, load average at the end %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), r.params.rounds, r.params.slice, r.took.Round(time.Second),
+		runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage())
+	b.WriteString("![GET throughput by callers](scale-throughput.svg)\n![ratio to go-redis by callers](scale-ratio.svg)\n![pipelines](scale-pipeline.svg)\n\n")
+
+	b.WriteString("### GET and SET by callers\n\n")
+	b.WriteString("Throughput in calls/s (median slice); ratio = redisguard ÷ go-redis with the same options (control: a second identical go-redis client, the run's resolution); AP = through `AutoPipeline()`; latency p50/p99 over every call of the cell.\n\n")
+	b.WriteString("| topology | op | callers | go-redis (defaults) | go-redis | redisguard | ratio (control) | vs defaults | p50 / p99 go-redis | p50 / p99 redisguard | AP go-redis (defaults) | AP go-redis | AP redisguard | AP ratio | AP vs defaults |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.calls {
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %.3f (%.3f) | %.3f | %s / %s | %s / %s | %s | %s | %s | %.3f | %.3f |\n",
+			c.topology, c.workload, c.n, rate(c.rate[sideDefaults]), rate(c.rate[sideStock]), rate(c.rate[sideGuard]),
+			c.ratio, c.control, c.vsDefaults, dur(c.p50[sideStock]), dur(c.p99[sideStock]), dur(c.p50[sideGuard]), dur(c.p99[sideGuard]),
+			rate(c.rate[sideAPDefaults]), rate(c.rate[sideAPStock]), rate(c.rate[sideAPGuard]), c.apRatio, c.apVsDefaults)
+	}
+
+	fmt.Fprintf(&b, "\n### Pipelines of GETs by length (%d callers)\n\n", 4*runtime.GOMAXPROCS(0))
+	b.WriteString("| topology | length | go-redis (defaults) | go-redis | redisguard | ratio (control) | vs defaults | p99 go-redis | p99 redisguard |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.pipes {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.3f (%.3f) | %.3f | %s | %s |\n", c.topology, c.n,
+			rate(c.rate[sideDefaults]), rate(c.rate[sideStock]), rate(c.rate[sideGuard]), c.ratio, c.control, c.vsDefaults,
+			dur(c.p99[sideStock]), dur(c.p99[sideGuard]))
+	}
+
+	b.WriteString("\n### An idle client\n\nWhat building one client and sending one command to each master added to the process, after a GC.\n\n")
+	b.WriteString("| topology | goroutines go-redis | goroutines redisguard | heap go-redis | heap redisguard | redisguard heap per node |\n|---|---|---|---|---|---|\n")
+	for _, c := range r.idle {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s |\n", c.topology, c.goroutines[0], c.goroutines[1],
+			bytesStr(c.heapBytes[0]), bytesStr(c.heapBytes[1]), bytesStr(c.heapBytes[1]/float64(c.nodes)))
+	}
+
+	if len(r.refresh) > 0 {
+		b.WriteString("\n### A topology refresh\n\nOne slot-map fetch (CLUSTER SLOTS, parsed) through redisguard's refresh path, median of 30.\n\n| masters | slot ranges | time | allocations |\n|---|---|---|---|\n")
+		for _, c := range r.refresh {
+			fmt.Fprintf(&b, "| %d | %d | %s | %.0f |\n", c.masters, c.ranges, dur(c.took), c.allocs)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// charts are the SVGs written beside performance.md, by file name.
+func (r *scaleReport) charts() map[string]svgplot.Chart {
+	x := make([]string, len(scaleCallers))
+	for i, n := range scaleCallers {
+		x[i] = strconv.Itoa(n)
+	}
+	series := func(topology, workload string, pick func(scaleCell) float64) []float64 {
+		out := make([]float64, 0, len(scaleCallers))
+		for _, c := range r.calls {
+			if c.topology == topology && c.workload == workload {
+				out = append(out, pick(c))
+			}
+		}
+		return out
+	}
+	throughput := svgplot.Chart{Title: "GET throughput by callers, standalone", XLabel: "concurrent callers", YLabel: "calls/s", X: x}
+	for _, s := range []int{sideDefaults, sideStock, sideGuard, sideAPDefaults, sideAPStock, sideAPGuard} {
+		throughput.Series = append(throughput.Series, svgplot.Series{Name: sideNames[s], Dashed: s >= sideAPDefaults,
+			Y: series("standalone", "GET", func(c scaleCell) float64 { return c.rate[s] })})
+	}
+	ratio := svgplot.Chart{Title: "redisguard ÷ go-redis (same options), by callers", XLabel: "concurrent callers",
+		YLabel: "throughput ratio", X: x, YMin: 0.85, YMax: 1.1, Ref: 0.98, RefLabel: "0.98"}
+	topologies := []string{"standalone"}
+	for _, m := range r.params.masters {
+		topologies = append(topologies, fmt.Sprintf("cluster of %d", m))
+	}
+	for _, tp := range topologies {
+		ratio.Series = append(ratio.Series, svgplot.Series{Name: "GET, " + tp, Y: series(tp, "GET", func(c scaleCell) float64 { return c.ratio })})
+	}
+	ratio.Series = append(ratio.Series,
+		svgplot.Series{Name: "AutoPipeline GET, standalone", Dashed: true, Y: series("standalone", "GET", func(c scaleCell) float64 { return c.apRatio })},
+		svgplot.Series{Name: "control, standalone", Color: "#999999", Dashed: true, Y: series("standalone", "GET", func(c scaleCell) float64 { return c.control })})
+
+	px := make([]string, len(scalePipelines))
+	for i, n := range scalePipelines {
+		px[i] = strconv.Itoa(n)
+	}
+	pipes := svgplot.Chart{Title: "Pipelines: redisguard ÷ go-redis (same options), by length", XLabel: "commands per pipeline",
+		YLabel: "throughput ratio", X: px, YMin: 0.85, YMax: 1.1, Ref: 0.98, RefLabel: "0.98"}
+	for _, tp := range topologies {
+		var ys []float64
+		for _, c := range r.pipes {
+			if c.topology == tp {
+				ys = append(ys, c.ratio)
+			}
+		}
+		pipes.Series = append(pipes.Series, svgplot.Series{Name: tp, Y: ys})
+	}
+	return map[string]svgplot.Chart{"scale-throughput.svg": throughput, "scale-ratio.svg": ratio, "scale-pipeline.svg": pipes}
+}
+
+func rate(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	}
+}
+
+func bytesStr(v float64) string {
+	switch {
+	case math.Abs(v) >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	case math.Abs(v) >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", v/(1<<10))
+	default:
+		return fmt.Sprintf("%.0f B", v)
+	}
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,204 @@
+package redisguard
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// AddHook adds a go-redis hook that sees every command the Client runs:
+// ordinary commands, blocking ones (which run on connections of their own),
+// pipelines and transactions, each once, with the error the caller gets
+// (ErrNodeUnavailable, ctx.Err(), ...). Its DialHook sees every connection
+// the Client opens for commands and subscriptions. A hook added at any time
+// reaches every later command, including those of Pipelines, Txs and
+// AutoPipeliners made before.
+//
+// Hooks run in the order added, the first outermost, outside redisguard's
+// own (see newGoRedis), as go-redis runs the hooks of one client. To hook a
+// single node client, use ForEachShard or ClusterClient's OnNewNode.
+func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
+
+// Instrument applies a go-redis extension, such as redisotel's
+// InstrumentTracing or InstrumentMetrics:
+//
+//	err := c.Instrument(func(rdb redis.UniversalClient) error {
+//		return redisotel.InstrumentTracing(rdb)
+//	})
+//
+// fn is called now with each go-redis client the Client runs for the
+// user's commands (the ordinary client, and the long client once a blocking
+// call has built it), and later with every such client the Client builds:
+// the long client and the clients of blocking calls' dedicated connections.
+// It returns fn's first error; if fn fails on the ordinary client, fn is not
+// kept. A later client fn fails on is used as it is, and the failure logged.
+//
+// The clients fn sees are go-redis's own (*redis.Client, or
+// *redis.ClusterClient in Cluster mode, whose extensions hook node clients
+// as go-redis creates them: call Instrument before the first command, as
+// with go-redis). Hooks fn adds sit inside redisguard's: they see the
+// command go-redis sends and the error go-redis returns, before redisguard
+// translates it; a blocking command is seen on its dedicated connection.
+// The internal clients that only check on nodes (recovery probes, the
+// questions to sentinels) are not given to fn: they carry no user command,
+// and tracing every probe of a node that is down would flood the traces.
+//
+// Each dedicated connection runs on a go-redis client of its own, kept
+// after the connection closes for the next one to the same node: an
+// extension that keeps state per client (redisotel's InstrumentMetrics
+// registers a pool-statistics callback) keeps it for at most as many
+// clients per node as there were blocking calls on it at once.
+func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
+	if fn == nil {
+		return invalid("Instrument", "needs a function")
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return c.adm.instrument(func(long redis.UniversalClient) error {
+		if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
+			return err
+		}
+		if long != nil {
+			return fn(long)
+		}
+		return nil
+	})
+}
+
+// userHooks holds the hooks added with Client.AddHook, as an immutable
+// snapshot. Every go-redis client a Client runs carries a userLayer as its
+// outermost hook, which runs the snapshot's hooks around the rest of the
+// chain: a hook added later reaches clients, Txs and Conns made before,
+// which go-redis's own AddHook does not.
+type userHooks struct {
+	mu    sync.Mutex                   // serialises add
+	hooks atomic.Pointer[[]redis.Hook] // nil until the first hook
+}
+
+func (u *userHooks) add(h redis.Hook) {
+	if h == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var list []redis.Hook
+	if old := u.hooks.Load(); old != nil {
+		list = append(list, *old...)
+	}
+	list = append(list, h)
+	u.hooks.Store(&list)
+}
+
+// layer returns the hook a go-redis client carries outermost. commands is
+// set on the ordinary client, where every command enters: the user's
+// process and pipeline hooks run there, once per command, and on no other
+// client, where they would see a blocking command twice. Every client runs
+// the user's dial hooks.
+func (u *userHooks) layer(commands bool) userLayer { return userLayer{u: u, commands: commands} }
+
+type userLayer struct {
+	u        *userHooks
+	commands bool
+}
+
+func (l userLayer) DialHook(next redis.DialHook) redis.DialHook {
+	get := around(l.u, next, func(h redis.Hook, next redis.DialHook) redis.DialHook { return h.DialHook(next) })
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return get()(ctx, network, addr)
+	}
+}
+
+func (l userLayer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	if !l.commands {
+		return next
+	}
+	get := around(l.u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	return func(ctx context.Context, cmd redis.Cmder) error { return get()(ctx, cmd) }
+}
+
+func (l userLayer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	if !l.commands {
+		return next
+	}
+	get := around(l.u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		return h.ProcessPipelineHook(next)
+	})
+	return func(ctx context.Context, cmds []redis.Cmder) error { return get()(ctx, cmds) }
+}
+
+// around returns a function that gives next wrapped in u's current hooks,
+// the first outermost. The chain is built once per snapshot and cached, so
+// a command costs an atomic load or two and allocates nothing. wrap may
+// return nil, which go-redis reads as "this hook leaves the step alone".
+func around[F any](u *userHooks, next F, wrap func(redis.Hook, F) F) func() F {
+	type chain struct {
+		from *[]redis.Hook
+		fn   F
+	}
+	var cur atomic.Pointer[chain]
+	return func() F {
+		hooks := u.hooks.Load()
+		if hooks == nil {
+			return next
+		}
+		if c := cur.Load(); c != nil && c.from == hooks {
+			return c.fn
+		}
+		fn := next
+		for i := len(*hooks) - 1; i >= 0; i-- {
+			if w := wrap((*hooks)[i], fn); !isNilFunc(w) {
+				fn = w
+			}
+		}
+		cur.Store(&chain{from: hooks, fn: fn})
+		return fn
+	}
+}
+
+// isNilFunc reports whether f, one of go-redis's hook function types, is nil.
+func isNilFunc[F any](f F) bool {
+	switch f := any(f).(type) {
+	case redis.DialHook:
+		return f == nil
+	case redis.ProcessHook:
+		return f == nil
+	case redis.ProcessPipelineHook:
+		return f == nil
+	}
+	return false
+}
+
+// extensions holds the functions given to Client.Instrument, which every
+// go-redis client built later for user commands gets (see newGoRedis).
+type extensions struct {
+	k   *core
+	mu  sync.Mutex
+	fns []func(redis.UniversalClient) error // guarded by mu
+}
+
+// add applies fn to ordinary and keeps it for later clients if that worked.
+func (e *extensions) add(fn func(redis.UniversalClient) error, ordinary redis.UniversalClient) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := fn(ordinary); err != nil {
+		return err
+	}
+	e.fns = append(e.fns, fn)
+	return nil
+}
+
+// apply runs every kept function on cl, a client just built.
+func (e *extensions) apply(cl redis.UniversalClient) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, fn := range e.fns {
+		if err := fn(cl); err != nil {
+			e.k.log.Warn("redisguard: an Instrument extension failed on a new client; it runs without it",
+				"err", e.k.redact(err.Error()))
+		}
+	}
+}

@@ -1,0 +1,277 @@
+package outlier
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Defaults of Settings.
+const (
+	DefaultFactor      = 4.0
+	DefaultFloor       = 5 * time.Millisecond
+	DefaultMarkAfter   = time.Second
+	DefaultUnmarkAfter = 2 * time.Second
+	DefaultEjection    = 5 * time.Second
+	DefaultMaxEjection = 30 * time.Second
+	DefaultStale       = 5 * time.Second
+	DefaultMinSamples  = 5
+)
+
+// Settings configure a Detector. Zero fields take their defaults.
+type Settings struct {
+	// Factor and Floor say what slow is: a latency above Factor times the
+	// median of the peers' latencies, and above Floor.
+	Factor float64
+	Floor  time.Duration
+	// MarkAfter is how long a node must stay slow, with at least MinSamples
+	// samples meanwhile, before it is marked.
+	MarkAfter  time.Duration
+	MinSamples uint64
+	// UnmarkAfter is how long a marked node must stay fast to lose its mark
+	// before the mark expires.
+	UnmarkAfter time.Duration
+	// Ejection is how long a mark lasts at most. A node marked again within
+	// MaxEjection of its last mark ending gets twice its last mark's time,
+	// up to MaxEjection.
+	Ejection    time.Duration
+	MaxEjection time.Duration
+	// Stale is how old a node's last sample may be for the node to be
+	// judged, or to count as a peer.
+	Stale time.Duration
+}
+
+func (s Settings) withDefaults() Settings {
+	if s.Factor <= 0 {
+		s.Factor = DefaultFactor
+	}
+	if s.Floor <= 0 {
+		s.Floor = DefaultFloor
+	}
+	if s.MarkAfter <= 0 {
+		s.MarkAfter = DefaultMarkAfter
+	}
+	if s.MinSamples == 0 {
+		s.MinSamples = DefaultMinSamples
+	}
+	if s.UnmarkAfter <= 0 {
+		s.UnmarkAfter = DefaultUnmarkAfter
+	}
+	if s.Ejection <= 0 {
+		s.Ejection = DefaultEjection
+	}
+	if s.MaxEjection <= 0 {
+		s.MaxEjection = DefaultMaxEjection
+	}
+	if s.MaxEjection < s.Ejection {
+		s.MaxEjection = s.Ejection
+	}
+	if s.Stale <= 0 {
+		s.Stale = DefaultStale
+	}
+	return s
+}
+
+// Node is one node as the detector sees it at an evaluation.
+type Node struct {
+	ID string
+	// Group is the node's shard: at most one node of a group is marked at
+	// a time. An empty Group is a group of its own.
+	Group   string
+	Latency *Latency
+}
+
+// Change is a node gaining or losing its mark.
+type Change struct {
+	ID      string
+	Marked  bool
+	Reason  string        // "slow", "recovered" (fast again) or "expired"
+	Latency time.Duration // the node's estimate at the change
+	Peers   time.Duration // the median of its peers' estimates; 0 if none
+	Until   time.Time     // when a new mark expires
+}
+
+// Detector marks the slow outliers among a set of nodes. It is safe for
+// concurrent use, though one evaluation at a time is what makes sense.
+type Detector struct {
+	s Settings
+
+	mu    sync.Mutex
+	state map[string]*nodeState // guarded by mu
+}
+
+type nodeState struct {
+	slowSince    time.Time // when it last became slow; zero while it is not
+	samplesAt    uint64    // its sample count then
+	fastSince    time.Time // when it last became fast; zero while it is not
+	marked       bool
+	until        time.Time // when the mark expires
+	level        uint      // doublings of Ejection for the next mark
+	lastUnmarked time.Time
+}
+
+// NewDetector returns a Detector with settings s.
+func NewDetector(s Settings) *Detector {
+	return &Detector{s: s.withDefaults(), state: make(map[string]*nodeState)}
+}
+
+// Marked reports whether id carries a mark.
+func (d *Detector) Marked(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.state[id]
+	return ok && st.marked
+}
+
+// Evaluate judges nodes at now and returns the marks it gave and took.
+// Nodes absent from the list are forgotten, marks included.
+func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	type judged struct {
+		n       Node
+		st      *nodeState
+		est     time.Duration
+		fresh   bool
+		slow    bool
+		peers   time.Duration
+		samples uint64
+	}
+	all := make([]judged, 0, len(nodes))
+	seen := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if seen[n.ID] {
+			continue
+		}
+		seen[n.ID] = true
+		st := d.state[n.ID]
+		if st == nil {
+			st = &nodeState{}
+			d.state[n.ID] = st
+		}
+		j := judged{n: n, st: st}
+		if n.Latency != nil {
+			if est, at, samples, ok := n.Latency.Estimate(); ok && now.Sub(at) < d.s.Stale {
+				j.est, j.fresh, j.samples = est, true, samples
+			}
+		}
+		all = append(all, j)
+	}
+	for id := range d.state {
+		if !seen[id] {
+			delete(d.state, id)
+		}
+	}
+
+	// Slow: far above the median of the other fresh nodes. When every node
+	// is slow, the median is slow too, and none is.
+	fresh := make([]time.Duration, 0, len(all))
+	for _, j := range all {
+		if j.fresh {
+			fresh = append(fresh, j.est)
+		}
+	}
+	for i := range all {
+		j := &all[i]
+		if !j.fresh || len(fresh) < 2 {
+			continue
+		}
+		j.peers = medianWithout(fresh, j.est)
+		j.slow = float64(j.est) > d.s.Factor*float64(j.peers) && j.est > d.s.Floor
+		st := j.st
+		if j.slow {
+			if st.slowSince.IsZero() {
+				st.slowSince, st.samplesAt = now, j.samples
+			}
+			st.fastSince = time.Time{}
+		} else {
+			st.slowSince = time.Time{}
+			if st.fastSince.IsZero() {
+				st.fastSince = now
+			}
+		}
+	}
+
+	var changes []Change
+	marked := 0
+	markedGroups := map[string]bool{}
+	for i := range all {
+		j := &all[i]
+		st := j.st
+		if !st.marked {
+			continue
+		}
+		reason := ""
+		switch {
+		case !now.Before(st.until):
+			reason = "expired"
+		case j.fresh && !j.slow && now.Sub(st.fastSince) >= d.s.UnmarkAfter:
+			reason = "recovered"
+		}
+		if reason != "" {
+			st.marked, st.lastUnmarked = false, now
+			st.slowSince = time.Time{} // a node must be slow anew for MarkAfter to be marked again
+			changes = append(changes, Change{ID: j.n.ID, Reason: reason, Latency: j.est, Peers: j.peers})
+			continue
+		}
+		marked++
+		if j.n.Group != "" {
+			markedGroups[j.n.Group] = true
+		}
+	}
+
+	// Mark the worst first, never a second node of a group, and never half
+	// of the nodes.
+	slices.SortFunc(all, func(a, b judged) int { return cmp.Compare(b.est, a.est) })
+	for i := range all {
+		j := &all[i]
+		st := j.st
+		if st.marked || !j.slow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples {
+			continue
+		}
+		if (j.n.Group != "" && markedGroups[j.n.Group]) || 2*(marked+1) >= len(all) {
+			continue
+		}
+		if !st.lastUnmarked.IsZero() && now.Sub(st.lastUnmarked) < d.s.MaxEjection {
+			st.level++
+		} else {
+			st.level = 0
+		}
+		dur := d.s.MaxEjection
+		if st.level < 16 {
+			dur = min(d.s.Ejection<<st.level, d.s.MaxEjection)
+		}
+		st.marked, st.until = true, now.Add(dur)
+		marked++
+		if j.n.Group != "" {
+			markedGroups[j.n.Group] = true
+		}
+		changes = append(changes, Change{ID: j.n.ID, Marked: true, Reason: "slow", Latency: j.est, Peers: j.peers, Until: st.until})
+	}
+	return changes
+}
+
+// medianWithout returns the median of xs with one occurrence of self left
+// out.
+func medianWithout(xs []time.Duration, self time.Duration) time.Duration {
+	others := make([]time.Duration, 0, len(xs))
+	skipped := false
+	for _, x := range xs {
+		if !skipped && x == self {
+			skipped = true
+			continue
+		}
+		others = append(others, x)
+	}
+	if len(others) == 0 {
+		return 0
+	}
+	slices.Sort(others)
+	m := len(others) / 2
+	if len(others)%2 == 0 {
+		return (others[m-1] + others[m]) / 2
+	}
+	return others[m]
+}

@@ -1,0 +1,243 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// The slow-node scenario: one master of a cluster is slowed by a loop of
+// CLIENT PAUSE 45 ALL every 50ms (it still answers, about ten times slower),
+// while 40 callers each send one read in four to it and the rest to the
+// healthy masters. What matters is what the healthy shards keep.
+
+// slowLoad is one run of the workload against one client.
+type slowLoad struct {
+	healthy  atomic.Int64 // healthy-shard reads answered
+	slowOK   atomic.Int64 // slow-shard reads answered
+	shed     atomic.Int64 // reads refused with ErrNodeSlow
+	failed   atomic.Int64 // other errors
+	mu       sync.Mutex
+	overdue  []time.Duration // how far past its deadline a call returned
+	slowLats []time.Duration
+}
+
+const (
+	slowCallers  = 40
+	slowDeadline = time.Second
+)
+
+// runSlowLoad runs the workload on c for d.
+func runSlowLoad(c redis.UniversalClient, slowKey string, healthyKeys []string, d time.Duration) *slowLoad {
+	l := &slowLoad{}
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := range slowCallers {
+		wg.Go(func() {
+			for n := i; time.Now().Before(end); n++ {
+				key, toSlow := healthyKeys[n%len(healthyKeys)], n%4 == 0
+				if toSlow {
+					key = slowKey
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), slowDeadline)
+				dl, _ := ctx.Deadline()
+				start := time.Now()
+				err := c.Get(ctx, key).Err()
+				cancel()
+				done := time.Now()
+				if late := done.Sub(dl); late > 0 {
+					l.mu.Lock()
+					l.overdue = append(l.overdue, late)
+					l.mu.Unlock()
+				}
+				switch {
+				case err == nil || err == redis.Nil:
+					if toSlow {
+						l.slowOK.Add(1)
+						l.mu.Lock()
+						l.slowLats = append(l.slowLats, done.Sub(start))
+						l.mu.Unlock()
+					} else {
+						l.healthy.Add(1)
+					}
+				case errors.Is(err, ErrNodeSlow):
+					l.shed.Add(1)
+				default:
+					l.failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return l
+}
+
+// slowDown runs CLIENT PAUSE 45 ALL on s every 50ms until stop is called.
+func slowDown(t *testing.T, s *redistest.Server) (stop func()) {
+	admin := s.Admin()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = admin.Do(ctx, "CLIENT", "PAUSE", 45, "ALL").Err()
+				cancel()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.NoError(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	}
+}
+
+func TestScenarioSlowMasterKeepsHealthyShards(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	slow := cl.MasterForSlot(t, 0)
+	slowKey := cl.KeyOn(t, slow, "slow")
+	var healthyKeys []string
+	for _, m := range cl.Nodes() {
+		if m != slow && m.Info(t, "replication")["role"] == "master" {
+			healthyKeys = append(healthyKeys, cl.KeyOn(t, m, "healthy"))
+		}
+	}
+	require.Len(t, healthyKeys, 2)
+
+	var events []Event
+	var evMu sync.Mutex
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: func(e Event) {
+		if e.Kind == EventNodeSlow || e.Kind == EventNodeSlowEnded {
+			evMu.Lock()
+			events = append(events, e)
+			evMu.Unlock()
+		}
+	}})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = stock.Close() })
+
+	baseline, slowed := 2*time.Second, 5*time.Second
+	if scenarioFull() {
+		baseline, slowed = 4*time.Second, 12*time.Second
+	}
+	// The first second of the slowdown is the detection: redisguard must
+	// see the node slow for SlowNodeMarkAfter before it sheds. It is left
+	// out of the comparison for both clients.
+	const settle = 1500 * time.Millisecond
+	for _, side := range []struct {
+		name string
+		c    redis.UniversalClient
+	}{{"go-redis", stock}, {"redisguard", guard}} {
+		base := runSlowLoad(side.c, slowKey, healthyKeys, baseline)
+		stop := slowDown(t, slow)
+		_ = runSlowLoad(side.c, slowKey, healthyKeys, settle)
+		during := runSlowLoad(side.c, slowKey, healthyKeys, slowed)
+		stop()
+		baseRate := float64(base.healthy.Load()) / baseline.Seconds()
+		slowRate := float64(during.healthy.Load()) / slowed.Seconds()
+		slices.Sort(during.slowLats)
+		var p50 time.Duration
+		if len(during.slowLats) > 0 {
+			p50 = during.slowLats[len(during.slowLats)/2]
+		}
+		var worstLate time.Duration
+		for _, x := range during.overdue {
+			worstLate = max(worstLate, x)
+		}
+		t.Logf("%s: healthy shards %.0f reads/s before, %.0f while one master is slow (%.0f%%); slow-shard reads answered %d (p50 %v), shed %d, failed %d; calls past their deadline %d (worst %v)",
+			side.name, baseRate, slowRate, 100*slowRate/baseRate, during.slowOK.Load(), p50.Round(time.Millisecond),
+			during.shed.Load(), during.failed.Load(), len(during.overdue), worstLate.Round(time.Millisecond))
+		if side.c != guard {
+			continue
+		}
+		target := 0.5 // generous under -race on a shared machine; the full scenario holds 0.8
+		if scenarioFull() {
+			target = 0.8
+		}
+		assert.GreaterOrEqual(t, slowRate/baseRate, target, "healthy shards lost too much throughput")
+		assert.Positive(t, during.shed.Load(), "nothing was shed")
+		assert.Positive(t, during.slowOK.Load(), "the slow shard must still be served, by a few callers")
+		assert.LessOrEqual(t, worstLate, 200*time.Millisecond, "a caller waited past its deadline")
+	}
+
+	rep := guard.Check(context.Background(), CheckOptions{})
+	t.Logf("check right after the slowdown: %v", rep)
+
+	evMu.Lock()
+	require.NotEmpty(t, events)
+	assert.Equal(t, EventNodeSlow, events[0].Kind)
+	assert.Equal(t, slow.Addr, events[0].Addr)
+	assert.Greater(t, events[0].Duration, 5*events[0].PeerLatency)
+	evMu.Unlock()
+	defer func() {
+		evMu.Lock()
+		defer evMu.Unlock()
+		for _, e := range events {
+			t.Logf("%v %s %s latency %v peers %v %s", e.Time.Format("15:04:05.000"), e.Kind, e.Addr, e.Duration, e.PeerLatency, e.Decision)
+		}
+		for _, n := range guard.Stats().Nodes {
+			t.Logf("%s slow=%v latency=%v", n.Addr, n.Slow, n.Latency)
+		}
+	}()
+
+	// Back to normal: the mark ends within seconds and the node takes
+	// full traffic again.
+	require.Eventually(t, func() bool {
+		_ = runSlowLoad(guard, slowKey, healthyKeys, 200*time.Millisecond)
+		for _, n := range guard.Stats().Nodes {
+			if n.Addr == slow.Addr {
+				return !n.Slow
+			}
+		}
+		return false
+	}, 15*time.Second, 100*time.Millisecond, "the recovered node is still marked")
+	after := runSlowLoad(guard, slowKey, healthyKeys, time.Second)
+	assert.Zero(t, after.shed.Load(), "a recovered node is not shed")
+}
+
+// Every node slowed alike: nothing stands out, nothing is marked.
+func TestScenarioEveryNodeSlowMarksNothing(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	var marked atomic.Int64
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: func(e Event) {
+		if e.Kind == EventNodeSlow {
+			marked.Add(1)
+		}
+	}})
+	var keys []string
+	for _, m := range cl.Nodes() {
+		keys = append(keys, cl.KeyOn(t, m, "k"))
+	}
+	var stops []func()
+	for _, m := range cl.Nodes() {
+		stops = append(stops, slowDown(t, m))
+	}
+	l := runSlowLoad(guard, keys[0], keys[1:], 4*time.Second)
+	for _, stop := range stops {
+		stop()
+	}
+	t.Logf("every node slow: %d reads answered, %d shed, %d failed", l.healthy.Load()+l.slowOK.Load(), l.shed.Load(), l.failed.Load())
+	assert.Zero(t, marked.Load(), "a node was marked though all were slow alike")
+	assert.Zero(t, l.shed.Load())
+	for _, n := range guard.Stats().Nodes {
+		assert.False(t, n.Slow, n.Addr)
+	}
+}

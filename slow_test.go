@@ -1,0 +1,210 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+var slowEpoch = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+// slowFixture is a node set of four nodes with a fake clock, fed latency
+// samples as the hot path would.
+type slowFixture struct {
+	clk    *clock.Fake
+	nodes  *nodeSet
+	mu     sync.Mutex
+	events []Event
+}
+
+func newSlowFixture(t *testing.T, cfg Config) *slowFixture {
+	t.Helper()
+	f := &slowFixture{clk: clock.NewFake(slowEpoch)}
+	cfg.Addrs = []string{"a:1"}
+	cfg.OnEvent = func(e Event) {
+		f.mu.Lock()
+		f.events = append(f.events, e)
+		f.mu.Unlock()
+	}
+	resolved, err := cfg.resolve()
+	require.NoError(t, err)
+	k := newCore(resolved, f.clk)
+	f.nodes = newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return nil })
+	t.Cleanup(f.nodes.close)
+	for _, a := range []string{"a:1", "b:1", "c:1", "d:1"} {
+		f.nodes.get(a)
+	}
+	return f
+}
+
+// run advances the clock by d in 10ms steps, each node answering one
+// command in its latency per step.
+func (f *slowFixture) run(d time.Duration, lat map[string]time.Duration) {
+	cmd := redis.NewStringCmd(context.Background(), "get", "k")
+	for end := f.clk.Now().Add(d); f.clk.Now().Before(end); {
+		f.clk.Advance(10 * time.Millisecond)
+		for _, n := range f.nodes.all() {
+			l, ok := lat[n.addr]
+			if !ok {
+				l = time.Millisecond
+			}
+			f.nodes.slow.observe(f.nodes, n, cmd, f.clk.Now().Add(-l))
+		}
+	}
+}
+
+func (f *slowFixture) kinds() []EventKind {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []EventKind
+	for _, e := range f.events {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
+	f := newSlowFixture(t, Config{MaxConnections: 40, SlowNodeEjection: time.Minute}) // long: this test is about recovery
+	a, _ := f.nodes.lookup("a:1")
+
+	f.run(3*time.Second, nil)
+	assert.Empty(t, f.kinds(), "nothing is slow")
+
+	slowA := map[string]time.Duration{"a:1": 80 * time.Millisecond}
+	f.run(DefaultSlowNodeMarkAfter/2, slowA)
+	assert.False(t, a.slow.Load(), "not before SlowNodeMarkAfter")
+	f.run(2*time.Second, slowA)
+	require.True(t, a.slow.Load())
+	require.Equal(t, []EventKind{EventNodeSlow}, f.kinds())
+	e := f.events[0]
+	assert.Equal(t, "a:1", e.Addr)
+	assert.Greater(t, e.Duration, 40*time.Millisecond)
+	assert.Equal(t, time.Millisecond, e.PeerLatency)
+	// 40 connections × factor 4 × 1ms / 55-80ms: two or three callers
+	// may wait.
+	limit := a.slowLimit.Load()
+	assert.Contains(t, []int64{2, 3}, limit)
+
+	// Shedding: callers beyond the limit, and deadlines shorter than the
+	// node's latency, are refused at once.
+	ctx := context.Background()
+	assert.NoError(t, f.nodes.slow.admit(ctx, a))
+	a.slowWaiting.Add(limit)
+	err := f.nodes.slow.admit(ctx, a)
+	assert.ErrorIs(t, err, ErrNodeSlow)
+	assert.ErrorIs(t, err, ErrNodeUnavailable, "a fallback for a node that is down serves a slow one")
+	var ne *NodeError
+	require.True(t, errors.As(err, &ne))
+	assert.Equal(t, "a:1", ne.Addr)
+	a.slowWaiting.Add(-limit)
+	short, cancel := context.WithDeadline(ctx, f.clk.Now().Add(10*time.Millisecond))
+	defer cancel()
+	assert.ErrorIs(t, f.nodes.slow.admit(short, a), ErrNodeSlow, "the deadline cannot be met")
+	long, cancel2 := context.WithDeadline(ctx, f.clk.Now().Add(time.Second))
+	defer cancel2()
+	assert.NoError(t, f.nodes.slow.admit(long, a))
+
+	st := map[string]NodeStats{}
+	for _, ns := range f.nodes.stats() {
+		st[ns.Addr] = ns
+	}
+	assert.True(t, st["a:1"].Slow)
+	assert.Greater(t, st["a:1"].Latency, 40*time.Millisecond)
+	assert.False(t, st["b:1"].Slow)
+
+	// Fast again: the mark ends within seconds.
+	f.run(5*time.Second, nil)
+	assert.False(t, a.slow.Load())
+	require.Equal(t, []EventKind{EventNodeSlow, EventNodeSlowEnded}, f.kinds())
+	assert.Equal(t, "recovered", f.events[1].Decision)
+}
+
+func TestSlowNodeMarkingOff(t *testing.T) {
+	f := newSlowFixture(t, Config{SlowNodeFactor: 4})
+	assert.NotNil(t, f.nodes.slow)
+	resolved, err := Config{Addrs: []string{"a:1"}, SlowNodeFactor: -1}.resolve()
+	require.NoError(t, err)
+	nodes := newNodeSet(newCore(resolved, clock.Real()), nil, nil)
+	defer nodes.close()
+	assert.Nil(t, nodes.slow)
+	assert.False(t, nodes.slow.sample(nodes.get("a:1")), "no marking, no timing")
+}
+
+func TestSlowNodeLimit(t *testing.T) {
+	s := &slowNodes{k: newCore(Config{MaxConnections: 20, SlowNodeFactor: 4}, clock.Real())}
+	ms := time.Millisecond
+	assert.Equal(t, 5, s.limit(0, ms), "no estimate: a quarter of MaxConnections")
+	assert.Equal(t, 5, s.limit(10*ms, ms), "barely slow: capped at a quarter")
+	assert.Equal(t, 2, s.limit(50*ms, ms))
+	assert.Equal(t, 1, s.limit(time.Second, ms), "never below one")
+	s.k.cfg.MaxConnections = 2
+	assert.Equal(t, 1, s.limit(10*ms, ms))
+}
+
+func TestSlowNodeConfigValidation(t *testing.T) {
+	for _, cfg := range []Config{
+		{Addrs: []string{"a:1"}, SlowNodeFactor: 1},
+		{Addrs: []string{"a:1"}, SlowNodeFactor: 0.5},
+		{Addrs: []string{"a:1"}, SlowNodeFloor: -1},
+		{Addrs: []string{"a:1"}, SlowNodeMarkAfter: -1},
+		{Addrs: []string{"a:1"}, SlowNodeEjection: -time.Second},
+	} {
+		_, err := cfg.resolve()
+		assert.ErrorIs(t, err, ErrInvalidConfig, "%+v", cfg)
+		assert.Contains(t, err.Error(), "SlowNode")
+	}
+	resolved, err := Config{Addrs: []string{"a:1"}}.resolve()
+	require.NoError(t, err)
+	assert.Equal(t, DefaultSlowNodeFactor, resolved.SlowNodeFactor)
+	assert.Equal(t, DefaultSlowNodeFloor, resolved.SlowNodeFloor)
+	assert.Equal(t, DefaultSlowNodeMarkAfter, resolved.SlowNodeMarkAfter)
+	assert.Equal(t, DefaultSlowNodeEjection, resolved.SlowNodeEjection)
+}
+
+// The hook refuses a command for a marked node before it reaches the
+// breaker or the network, and times only ordinary commands.
+func TestNodeGuardShedsForASlowNode(t *testing.T) {
+	f := newSlowFixture(t, Config{MaxConnections: 4})
+	a, _ := f.nodes.lookup("a:1")
+	a.slowLimit.Store(1)
+	a.slow.Store(true)
+	g := nodeGuard{k: f.nodes.k, nodes: f.nodes, n: a}
+
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	hook := g.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- hook(ctx, redis.NewStringCmd(ctx, "get", "k")) }()
+	<-entered
+	err := hook(ctx, redis.NewStringCmd(ctx, "get", "k"))
+	assert.ErrorIs(t, err, ErrNodeSlow, "the one allowed caller is waiting")
+	close(release)
+	require.NoError(t, <-done)
+
+	assert.Zero(t, a.slowWaiting.Load(), "the admitted caller is counted out")
+
+	// A blocking command waits by design: it is not limited.
+	pass := g.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
+	a.slowWaiting.Store(1)
+	assert.ErrorIs(t, pass(ctx, redis.NewStringCmd(ctx, "get", "k")), ErrNodeSlow)
+	assert.NoError(t, pass(ctx, redis.NewStringSliceCmd(ctx, "blpop", "q", 1)))
+	a.slowWaiting.Store(0)
+
+	// Unmarked, everything passes.
+	a.slow.Store(false)
+	a.slowWaiting.Store(5)
+	assert.NoError(t, pass(ctx, redis.NewStringCmd(ctx, "get", "k")))
+}
