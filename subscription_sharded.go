@@ -49,6 +49,15 @@ func (s *subscriptions) sharded() *redis.ClusterClient {
 	return s.shard
 }
 
+// withSharded runs fn with the sharded-subscription client, nil if it is
+// not built, and builds none meanwhile: a client built after fn returns
+// gets what fn registered (Instrument's extensions) when it is built.
+func (s *subscriptions) withSharded(fn func(*redis.ClusterClient) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fn(s.shard)
+}
+
 // close closes the sharded-subscription client, and with it its
 // subscriptions' connections.
 func (s *subscriptions) close() error {

@@ -187,3 +187,37 @@ func TestSSubscribeSeveralSlotsOfOneNode(t *testing.T) {
 	require.NoError(t, owner.Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
 	receiveBoth()
 }
+
+// Instrument reaches the sharded-subscription client whether it is built
+// before or after, once.
+func TestInstrumentReachesShardedSubscriptions(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	ctx := testCtx(t, 30*time.Second)
+	for _, before := range []bool{true, false} {
+		c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+		var given []redis.UniversalClient
+		instrument := func() {
+			require.NoError(t, c.Instrument(func(u redis.UniversalClient) error {
+				given = append(given, u)
+				return nil
+			}))
+		}
+		if !before {
+			instrument()
+		}
+		ps := c.SSubscribe(ctx, "sharded:instrumented")
+		_, err := ps.Receive(ctx)
+		require.NoError(t, err)
+		if before {
+			instrument()
+		}
+		var sharded int
+		for _, u := range given {
+			if u == redis.UniversalClient(c.subs.shard) {
+				sharded++
+			}
+		}
+		assert.Equal(t, 1, sharded, "SSubscribe before Instrument: %v", before)
+		require.NoError(t, ps.Close())
+	}
+}
