@@ -520,12 +520,12 @@ func TestBlockingCallFollowsPromotion(t *testing.T) {
 	}
 	var guardAfter, stockAfter time.Duration
 	var both sync.WaitGroup
-	both.Go(func() { guardAfter = popAfter(c, 10*time.Second) })
-	both.Go(func() { stockAfter = popAfter(stock, 10*time.Second) })
+	both.Go(func() { guardAfter = popAfter(c, 6*time.Second) })
+	both.Go(func() { stockAfter = popAfter(stock, 6*time.Second) })
 	both.Wait()
 	show := func(d time.Duration) string {
 		if d < 0 {
-			return "none within 10s"
+			return "none within 6s"
 		}
 		return d.Round(time.Millisecond).String()
 	}
