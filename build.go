@@ -25,6 +25,9 @@ const (
 	// clientSentinelQuestion asks one sentinel where the master is, or
 	// which replicas it has.
 	clientSentinelQuestion
+	// clientSharded runs the sharded subscriptions of a Cluster-mode Client
+	// (subscription_sharded.go), built on the first SSubscribe.
+	clientSharded
 	// clientReplica serves the reads a Sentinel-managed master's replica
 	// takes (replica_sentinel.go): a node client of its own.
 	clientReplica
@@ -103,6 +106,8 @@ type hookable interface {
 //	              node clients:   userLayer dials, [replicaHook], nodeGuard, subscriptionBudget, extensions
 //	  long        cluster client: stepCountHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, extensions
+//	  sharded     cluster client: stepCountHook, divergenceHook
+//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
 //	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
 //	probe, sentinel question: none
 //
@@ -128,9 +133,9 @@ type hookable interface {
 // dedicated set-up marks rely on it), not of shape.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
-	case clientOrdinary, clientLong:
+	case clientOrdinary, clientLong, clientSharded:
 		cl := newNodeClient(s)
-		if s.kind == clientLong {
+		if s.kind != clientOrdinary {
 			s.hooks.ext.apply(cl)
 		}
 		return cl
@@ -256,9 +261,12 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 				cl.AddHook(rr.register(opt.Addr, cl))
 			}
 			cl.AddHook(s.nodes.guard(opt.Addr))
-			if ordinary {
-				// Subscriptions dial through the node clients.
+			// Subscriptions dial through the node clients.
+			switch s.kind {
+			case clientOrdinary:
 				cl.AddHook(h.budget)
+			case clientSharded:
+				cl.AddHook(subscriptionBudget{h.budget.subs, routeSlotOwner})
 			}
 			return cl
 		}

@@ -153,6 +153,55 @@ func (w *chaosWorld) judge() {
 	w.suspects = nil
 }
 
+// subscriberSlot is the resolution at which messages are noted: a few
+// hundred bytes a minute, whatever the rate.
+const subscriberSlot = 100 * time.Millisecond
+
+// subscriberResume is how soon after a fault has healed the subscriber must
+// receive again.
+const subscriberResume = 2 * time.Second
+
+func (w *chaosWorld) noteMessage(slots map[int64]bool, at time.Time) {
+	w.subMu.Lock()
+	slots[at.UnixNano()/int64(subscriberSlot)] = true
+	w.subMu.Unlock()
+}
+
+// silentSubscriber lists the faults on the cluster after which the
+// subscriber received nothing within subscriberResume although messages
+// were published in that time. A fault followed by another within
+// subscriberResume is left out: the next one may hold the subscriber up.
+func (w *chaosWorld) silentSubscriber() []string {
+	w.faults.mu.Lock()
+	wins := slices.Clone(w.faults.wins)
+	w.faults.mu.Unlock()
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
+	noted := func(slots map[int64]bool, from, to time.Time) bool {
+		for s := from.UnixNano() / int64(subscriberSlot); s <= to.UnixNano()/int64(subscriberSlot); s++ {
+			if slots[s] {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	for i, f := range wins {
+		if f.shard == sideShard || f.end.IsZero() {
+			continue
+		}
+		until := f.end.Add(subscriberResume)
+		followed := slices.ContainsFunc(wins, func(o faultWindow) bool {
+			return o != wins[i] && o.shard != sideShard && o.start.Before(until) && (o.end.IsZero() || o.end.After(f.end))
+		})
+		if followed || !noted(w.pubAt, f.end, until.Add(-subscriberSlot)) || noted(w.recvAt, f.end, until) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s on shard %d, healed %s", f.kind, f.shard, f.end.Format("15:04:05.000")))
+	}
+	return out
+}
+
 // sample keeps the first violations for the report. Called with mu held.
 func (w *chaosWorld) sample(format string, args ...any) {
 	if len(w.samples) < 20 {

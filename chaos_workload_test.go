@@ -56,9 +56,13 @@ type chaosWorld struct {
 	overrunsPaused  int            // guarded by mu
 
 	panics, received, published atomic.Int64
-	healthyTrue, healthyFalse   atomic.Int64
-	healthyWorst                atomic.Int64 // ns
-	subErrs                     atomic.Int64
+	// pubAt and recvAt are the subscriberSlots in which a message on
+	// chaosChannel was published and received.
+	subMu                     sync.Mutex
+	pubAt, recvAt             map[int64]bool // guarded by subMu
+	healthyTrue, healthyFalse atomic.Int64
+	healthyWorst              atomic.Int64 // ns
+	subErrs                   atomic.Int64
 }
 
 func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
@@ -71,6 +75,7 @@ func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *
 		c: c, acl: acl, side: side, shardOf: shardOf, nodeOf: nodeOf,
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
+		pubAt: map[int64]bool{}, recvAt: map[int64]bool{},
 	}
 }
 
@@ -212,6 +217,7 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 			err := c.Publish(ctx, chaosChannel, id).Err()
 			if err == nil {
 				w.published.Add(1)
+				w.noteMessage(w.pubAt, t0)
 			}
 			w.record("publish", w.shard(chaosChannel), t0, dl, err)
 		}
@@ -422,6 +428,7 @@ func (w *chaosWorld) subscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
 		}
 		if _, ok := msg.(*redis.Message); ok {
 			w.received.Add(1)
+			w.noteMessage(w.recvAt, time.Now())
 		}
 		if err != nil {
 			w.subErrs.Add(1)

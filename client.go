@@ -34,6 +34,7 @@ type Client struct {
 	div      *divergence     // redirect-cycle decisions (Cluster mode)
 	adm      *admission      // the long budget and the long client (admission.go)
 	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
+	subs     *subscriptions  // live subscription connections (subscription_move.go)
 	replicas *replicas       // replica reads (Config.ReadFrom); nil without
 
 	// undetected is why the first contact failed, when ModeAuto could not
@@ -107,9 +108,24 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
+	// Subscriptions dial through the ordinary client's dial hook (each node
+	// client's in Cluster mode), and are moved off a node that stops
+	// answering (subscription_move.go).
+	c.subs = newSubscriptions(c.core, c.adm, c.nodes, c.topo, c.sentinel)
+	budget := subscriptionBudget{c.subs, routeAsked}
+	switch {
+	case c.topo != nil:
+		// Another node serves a classic subscription at once, and a
+		// sharded one once the slot map names the new owner.
+		budget.route = routeAnyNode
+		c.nodes.onOpen = func(n *node) { c.subs.moveFrom(n.addr) }
+	case c.sentinel != nil:
+		budget.route = routeMaster
+		c.sentinel.leaving = c.subs.moveFrom
+	}
 	c.hooks = &clientHooks{
 		user: &userHooks{}, ext: &extensions{k: c.core},
-		facade: facadeHook{c}, budget: subscriptionBudget{c.adm}, div: divergenceHook{c.div},
+		facade: facadeHook{c}, budget: budget, div: divergenceHook{c.div},
 		topo: c.topo, sentinel: c.sentinel,
 	}
 	if resolved.ReadFrom != ReadFromMaster {
@@ -126,6 +142,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.hooks.replicas = c.replicas
 	}
 	c.adm.hooks = c.hooks
+	c.subs.hooks = c.hooks
 	c.UniversalClient = newGoRedis(clientSpec{
 		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
 	}).(redis.UniversalClient)
@@ -155,9 +172,13 @@ func (c *Client) Close() error {
 			c.sentinel.close()
 		}
 		longErr := c.adm.close()
+		subsErr := c.subs.close()
 		c.closeErr = c.UniversalClient.Close()
 		if c.closeErr == nil {
 			c.closeErr = longErr
+		}
+		if c.closeErr == nil {
+			c.closeErr = subsErr
 		}
 		c.log.Debug("redisguard: client closed")
 	})

@@ -439,3 +439,98 @@ func TestInstrumentRunsOncePerDedicatedClient(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, 3, given, "the ordinary client, the long client and one dedicated client")
 }
+
+// A BLPOP parked on a master that hangs ends at its deadline with the
+// caller's own error, and once the replica is promoted the next one is
+// served by the new owner. go-redis alone is measured beside.
+func TestBlockingCallFollowsPromotion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
+	owner := cl.Masters[2]
+	partner := replicaOf(cl, owner)
+	key := cl.KeyOn(t, owner, "promoted:q:")
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), DialTimeout: time.Second, ReadTimeout: time.Second})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: time.Second,
+		ReadTimeout: time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = stock.Close() })
+	ctx := testCtx(t, time.Minute)
+	require.Equal(t, redis.Nil, c.BLPop(ctx, 100*time.Millisecond, key).Err())
+
+	// The service's other traffic to the node, which opens its breaker.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			wg.Go(func() {
+				// Longer than ReadTimeout: a timeout of the read is the
+				// node's failure, an end of the caller's context is not.
+				gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_ = c.Get(gctx, key).Err()
+				cancel()
+			})
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+
+	parked := make(chan error, 1)
+	var parkedFor time.Duration
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := c.BLPop(dctx, 10*time.Second, key).Err()
+		parkedFor = time.Since(start)
+		parked <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	paused := time.Now()
+	owner.Pause(t)
+	defer owner.Resume(t)
+	assert.ErrorIs(t, <-parked, context.DeadlineExceeded, "the parked BLPOP")
+	assert.LessOrEqual(t, parkedFor, 2100*time.Millisecond, "the parked BLPOP missed its deadline")
+
+	promotedAfter := waitPromoted(partner, paused, 20*time.Second)
+	require.Positive(t, promotedAfter, "the replica was not promoted")
+	promoted := paused.Add(promotedAfter)
+	// popAfter pushes and pops through cl until a pop returns an element,
+	// and says how long after the promotion that was.
+	popAfter := func(cl redis.UniversalClient, within time.Duration) time.Duration {
+		for i := 0; time.Since(promoted) < within; i++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			v := "v" + strconv.Itoa(i)
+			var got []string
+			err := cl.RPush(cctx, key, v).Err()
+			if err == nil {
+				got, err = cl.BLPop(cctx, time.Second, key).Result()
+			}
+			cancel()
+			if err == nil && len(got) == 2 {
+				return time.Since(promoted)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return -1
+	}
+	var guardAfter, stockAfter time.Duration
+	var both sync.WaitGroup
+	both.Go(func() { guardAfter = popAfter(c, 6*time.Second) })
+	both.Go(func() { stockAfter = popAfter(stock, 6*time.Second) })
+	both.Wait()
+	show := func(d time.Duration) string {
+		if d < 0 {
+			return "none within 6s"
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	t.Logf("replica promoted %v after the pause; first BLPOP served after the promotion: go-redis %s, redisguard %s",
+		promotedAfter.Round(time.Millisecond), show(stockAfter), show(guardAfter))
+	require.Positive(t, guardAfter, "no BLPOP was served by the new owner")
+	assert.LessOrEqual(t, guardAfter, 3*time.Second, "BLPOP followed the promotion too slowly")
+}

@@ -33,6 +33,12 @@
 //   - Blocking commands, blocking batches and subscriptions are classified
 //     (classify.go) and run on a separate long budget with connections of
 //     their own (admission.go), so they cannot starve ordinary traffic.
+//   - Subscriptions are moved off a node whose breaker opens
+//     (subscription_move.go): their connections are closed, go-redis
+//     subscribes again, and the dial hook (subscription.go) sends classic
+//     ones to any healthy node and sharded ones to the slot's owner
+//     (subscription_sharded.go). Each move is an event: pub/sub is
+//     at-most-once.
 //   - A command that go-redis's redirect loop leaves in MOVED or ASK is
 //     classified by asking several nodes for the slot's owner
 //     (divergence.go): converging, ErrClusterFailover or ErrSlotMapCorruption.

@@ -62,6 +62,12 @@ const (
 	// mark ran out; it is marked again, for longer, if it is still slow).
 	// Duration and PeerLatency are as in EventNodeSlow.
 	EventNodeSlowEnded
+	// EventSubscriptionMoved: a subscription whose connection broke, or
+	// was closed because its node stopped answering, subscribed again on a
+	// new connection. Messages published during the Duration before Time
+	// may have been missed: pub/sub is at-most-once. Addr is the node it
+	// left, To the node it is on now, Channels what it is subscribed to.
+	EventSubscriptionMoved
 	// EventReplicaReadsStarted: with ReadFromMasterPreferred, a master's
 	// breaker is open and a replica of its shard served the first of its
 	// reads. Addr is the master; the log names the replica.
@@ -95,6 +101,8 @@ func (k EventKind) String() string {
 		return "node-slow"
 	case EventNodeSlowEnded:
 		return "node-slow-ended"
+	case EventSubscriptionMoved:
+		return "subscription-moved"
 	case EventReplicaReadsStarted:
 		return "replica-reads-started"
 	case EventReplicaReadsStopped:
@@ -130,7 +138,8 @@ type Event struct {
 	// Sentinel-managed master whose address is not known yet).
 	Addr string `json:"addr,omitempty"`
 	// Duration is how long a refresh took, how long a slot has been
-	// contested, or how long a recovered node was out.
+	// contested, how long a recovered node was out, or the window in which
+	// a moved subscription may have missed messages.
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Err is the failure, as text.
 	Err string `json:"err,omitempty"`
@@ -146,6 +155,12 @@ type Event struct {
 	// PeerLatency is the median latency of the other nodes
 	// (EventNodeSlow, EventNodeSlowEnded).
 	PeerLatency time.Duration `json:"peer_latency_ns,omitempty"`
+	// To is the node a subscription moved to (EventSubscriptionMoved).
+	To string `json:"to,omitempty"`
+	// Channels is what a moved subscription is subscribed to, sorted and
+	// comma-separated: "channel a, pattern p*, shard channel s"
+	// (EventSubscriptionMoved).
+	Channels string `json:"channels,omitempty"`
 }
 
 // String renders the event as one line, as a log would.
@@ -161,11 +176,15 @@ func (e Event) String() string {
 		}
 	}
 	add("addr", e.Addr)
+	add("to", e.To)
 	add("budget", string(e.Budget))
 	if e.Kind == EventDivergence {
 		add("slot", strconv.Itoa(e.Slot))
 	}
 	add("decision", e.Decision)
+	if e.Channels != "" {
+		add("channels", strconv.Quote(e.Channels))
+	}
 	if e.Duration != 0 {
 		add("duration", e.Duration.String())
 	}
@@ -183,7 +202,7 @@ func (e Event) String() string {
 // debug.
 func (e Event) level() slog.Level {
 	switch e.Kind {
-	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventNodeSlow:
+	case EventBreakerOpened, EventRefreshFailed, EventPoolExhausted, EventNodeSlow, EventSubscriptionMoved:
 		return slog.LevelWarn
 	case EventRefreshStarted, EventRefreshFinished, EventProbeFailed:
 		return slog.LevelDebug
@@ -221,6 +240,8 @@ func (k EventKind) message() string {
 		return "redisguard: node marked slow"
 	case EventNodeSlowEnded:
 		return "redisguard: node no longer marked slow"
+	case EventSubscriptionMoved:
+		return "redisguard: subscription moved, messages may have been missed"
 	case EventReplicaReadsStarted:
 		return "redisguard: master unavailable, a replica serves its reads"
 	case EventReplicaReadsStopped:
@@ -236,8 +257,14 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 	if e.Addr != "" {
 		out = append(out, slog.String("node", e.Addr))
 	}
+	if e.To != "" {
+		out = append(out, slog.String("to", e.To))
+	}
 	if e.Budget != "" {
 		out = append(out, slog.String("budget", string(e.Budget)))
+	}
+	if e.Channels != "" {
+		out = append(out, slog.String("channels", e.Channels))
 	}
 	if e.Kind == EventDivergence {
 		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))

@@ -59,13 +59,20 @@ func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 		return ErrClosed
 	}
 	return c.adm.instrument(func(long redis.UniversalClient) error {
-		if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
-			return err
-		}
-		if long != nil {
-			return fn(long)
-		}
-		return nil
+		return c.subs.withSharded(func(sharded *redis.ClusterClient) error {
+			if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
+				return err
+			}
+			if long != nil {
+				if err := fn(long); err != nil {
+					return err
+				}
+			}
+			if sharded != nil {
+				return fn(sharded)
+			}
+			return nil
+		})
 	})
 }
 

@@ -54,6 +54,10 @@ type sentinelMaster struct {
 
 	cur atomic.Pointer[node] // the master's node; nil until the first dial
 
+	// leaving, if set, is told of the old master's address before drop
+	// closes the connections to it. Set before the first command.
+	leaving func(addr string)
+
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -376,6 +380,9 @@ func (s *sentinelMaster) track(addr string, conn net.Conn) net.Conn {
 // health check, or the command's write) and dials again, through the
 // sentinels.
 func (s *sentinelMaster) drop(addr string) {
+	if s.leaving != nil {
+		s.leaving(addr)
+	}
 	s.mu.Lock()
 	set := s.conns[addr]
 	delete(s.conns, addr)

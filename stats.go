@@ -40,6 +40,11 @@ type Stats struct {
 	// LongExhaustions counts long operations refused with ErrPoolExhausted
 	// for want of a long permit.
 	LongExhaustions uint64 `json:"long_exhaustions"`
+
+	// SubscriptionMoves counts subscriptions re-established on a new
+	// connection after their old one broke or their node stopped answering
+	// (EventSubscriptionMoved).
+	SubscriptionMoves uint64 `json:"subscription_moves"`
 }
 
 // DivergenceStats counts redirect-cycle decisions. A command may be counted
@@ -94,6 +99,7 @@ func (c *Client) Stats() Stats {
 	s.MaxLongConnections = c.cfg.MaxLongConnections
 	s.LongInUse = len(c.adm.permits)
 	s.LongExhaustions = c.adm.exhaustions.Load()
+	s.SubscriptionMoves = c.subs.moves.Load()
 	if t := c.topo; t != nil {
 		s.TopologyRefreshes = t.fetches.Load()
 		s.TopologyRefreshFailures = t.failures.Load()

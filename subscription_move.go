@@ -1,0 +1,352 @@
+package redisguard
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscriptions knows every live subscription connection of a Client and
+// the node it was dialed to. Two things follow from that.
+//
+// Moving: when a node stops answering (its breaker opens), subscriptions
+// closes the subscription connections to it. go-redis's PubSub sees its
+// connection fail, dials again and subscribes again to the same channels,
+// patterns and shard channels, and the dial hook (subscription.go) sends it
+// where it can be served. A hung node gives no error on its own: its kernel
+// still accepts what go-redis writes, including the health check's PING, so
+// without this the subscription would wait on it for ever.
+//
+// Telling: a subscription that is re-established on a new connection, for
+// whatever reason its old one broke, may have missed the messages published
+// in between. Pub/sub is at-most-once. subscriptions reports each such move
+// once, with the channels and the window (EventSubscriptionMoved), when the
+// new connection subscribes again.
+type subscriptions struct {
+	k      *core
+	a      *admission      // the long budget every subscription connection holds a permit of
+	nodes  *nodeSet        // breakers, by address
+	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
+	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
+	hooks  *clientHooks    // what the sharded-subscription client is built with; set before the first SSubscribe
+
+	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
+
+	moves atomic.Uint64 // moves reported
+
+	mu      sync.Mutex
+	conns   map[string]map[*subscriptionConn]struct{} // guarded by mu; live connections by address
+	avoided map[string]time.Time                      // guarded by mu; nodes that left a PING unanswered, until when
+	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
+	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
+	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
+	closed  bool                                      // guarded by mu
+}
+
+// pendingMove is a subscription whose connection broke: what it was
+// subscribed to, where, and when it last received anything.
+type pendingMove struct {
+	key      string // subscriptionSet.key of what it was subscribed to
+	names    string
+	from     string
+	lastRead time.Time // start of the window in which messages may have been missed
+	broken   time.Time
+}
+
+// pendingMoveTTL bounds how long a broken subscription is waited for: one
+// closed by its user while it was broken never subscribes again.
+const pendingMoveTTL = time.Minute
+
+func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster) *subscriptions {
+	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, ownerWait: ownerWait,
+		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]redis.ClusterSlot)}
+}
+
+// track wraps conn, just dialed to addr and holding a permit, and registers
+// it; route is where its subscriptions may go (subscription.go).
+func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRoute) *subscriptionConn {
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route}
+	c.lastRead.Store(s.k.clock.Now().UnixNano())
+	s.mu.Lock()
+	set := s.conns[addr]
+	if set == nil {
+		set = make(map[*subscriptionConn]struct{})
+		s.conns[addr] = set
+	}
+	set[c] = struct{}{}
+	s.mu.Unlock()
+	return c
+}
+
+// untrack forgets c; if c broke while subscribed, its subscription is
+// waited for on a new connection.
+func (s *subscriptions) untrack(c *subscriptionConn) {
+	c.mu.Lock()
+	subs, key, arriving := c.subs.names(), c.subs.key(), c.arriving
+	c.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if set := s.conns[c.addr]; set != nil {
+		delete(set, c)
+		if len(set) == 0 {
+			delete(s.conns, c.addr)
+		}
+	}
+	now := s.k.clock.Now()
+	s.pending = slices.DeleteFunc(s.pending, func(p pendingMove) bool { return now.Sub(p.broken) > pendingMoveTTL })
+	switch {
+	case arriving != nil:
+		// The move this connection was to complete goes on, from where it
+		// started.
+		arriving.broken = now
+		s.pending = append(s.pending, *arriving)
+	case c.broken.Load() && key != "":
+		s.pending = append(s.pending, pendingMove{key: key, names: subs, from: c.addr,
+			lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
+	}
+}
+
+// moveFrom closes every subscription connection to addr, so that go-redis
+// subscribes again elsewhere (see subscriptions). The permits come back
+// when go-redis closes the connections it finds broken.
+func (s *subscriptions) moveFrom(addr string) {
+	served := s.servedBy(addr)
+	s.mu.Lock()
+	if len(served) > 0 {
+		s.owned[addr] = served
+	}
+	set := s.conns[addr]
+	delete(s.conns, addr)
+	s.mu.Unlock()
+	for c := range set {
+		c.breakOff()
+	}
+	if len(set) > 0 {
+		s.k.log.Debug("redisguard: moving subscriptions off a node that stopped answering",
+			"node", addr, "connections", len(set))
+	}
+}
+
+// avoidFor is how long classic subscriptions are not sent to a node that
+// left a health-check PING unanswered while its breaker stayed closed.
+const avoidFor = 30 * time.Second
+
+// unresponsive is told that addr left a subscription's PING unanswered: it
+// keeps classic subscriptions off addr for avoidFor, and has the slot map
+// refreshed, so that a sharded one finds a promoted replica.
+func (s *subscriptions) unresponsive(addr string) {
+	s.mu.Lock()
+	s.avoided[addr] = s.k.clock.Now().Add(avoidFor)
+	s.mu.Unlock()
+	if s.topo != nil {
+		s.topo.trigger()
+	}
+	s.k.log.Warn("redisguard: a subscription's node did not answer its health check; moving it",
+		"node", addr)
+}
+
+// avoiding reports whether addr is to be avoided (see avoid).
+func (s *subscriptions) avoiding(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.avoided[addr]
+	if ok && !s.k.clock.Now().Before(until) {
+		delete(s.avoided, addr)
+		return false
+	}
+	return ok
+}
+
+// claim takes the broken subscription waiting for exactly the
+// subscriptions key stands for, if there is one: a connection subscribing
+// to them is re-establishing it.
+func (s *subscriptions) claim(key string) (*pendingMove, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.pending, func(p pendingMove) bool { return p.key == key })
+	if i < 0 {
+		return nil, false
+	}
+	p := s.pending[i]
+	s.pending = slices.Delete(s.pending, i, i+1)
+	return &p, true
+}
+
+// arrived reports the move p, completed on a connection to addr.
+func (s *subscriptions) arrived(p *pendingMove, addr string) {
+	s.moves.Add(1)
+	now := s.k.clock.Now()
+	s.k.emit(Event{Kind: EventSubscriptionMoved, Time: now, Addr: p.from, To: addr,
+		Channels: p.names, Duration: now.Sub(p.lastRead)})
+}
+
+// subscriptionConn is a subscription's connection. It gives its permit back
+// on its first Close, and follows what the PubSub subscribes to by reading
+// the commands go-redis writes on it.
+//
+// A move is complete, and told, at the first reply read after the
+// connection subscribed again. On a sharded subscription's connection that
+// reply may instead say that the node no longer serves the slot: an
+// unsolicited SUNSUBSCRIBE (the slot moved, or the node became a replica)
+// or, while a move is completing, a MOVED (the slot map was stale). Either
+// breaks the connection off, after forcing a slot map refresh, so that
+// go-redis subscribes again at the slot's owner. Both are recognised by
+// their bytes in the stream: a message whose payload contains them verbatim
+// costs one needless reconnect.
+type subscriptionConn struct {
+	net.Conn
+	s     *subscriptions
+	addr  string // the node it was dialed to
+	route subscriptionRoute
+
+	released atomic.Bool
+	closing  atomic.Bool  // Close has begun: the errors that follow are its own
+	broken   atomic.Bool  // it failed, or was closed to move it, while in use
+	moved    atomic.Bool  // moveFrom closed it
+	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
+	pingedAt atomic.Int64 // unix ns of the first PING written since the last read; 0 if none
+
+	mu           sync.Mutex
+	subs         subscriptionSet // guarded by mu
+	arriving     *pendingMove    // guarded by mu; the move this connection completes at its next reply
+	sunsubscribe int             // guarded by mu; SUNSUBSCRIBE replies the PubSub asked for and has not read
+}
+
+func (c *subscriptionConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.lastRead.Store(c.s.k.clock.Now().UnixNano())
+		c.mu.Lock()
+		lost := c.route == routeSlotOwner && c.lostSlot(p[:n])
+		arrived := c.arriving
+		if !lost {
+			c.arriving = nil
+		}
+		c.mu.Unlock()
+		if lost {
+			if c.s.topo != nil {
+				c.s.topo.force()
+			}
+			c.breakOff()
+		} else if arrived != nil {
+			c.s.arrived(arrived, c.addr)
+		}
+	}
+	if err != nil && !isTimeout(err) && !c.closing.Load() {
+		c.broken.Store(true)
+	}
+	return n, err
+}
+
+// lostSlot reports whether p, just read, says the node no longer serves
+// the connection's shard channels (see subscriptionConn). c.mu is held.
+func (c *subscriptionConn) lostSlot(p []byte) bool {
+	for n := bytes.Count(p, sunsubscribeReply); n > 0; n-- {
+		if c.sunsubscribe == 0 {
+			return true
+		}
+		c.sunsubscribe--
+	}
+	// A MOVED with a confirmation beside it is one of several slots'
+	// commands: the connection serves the others.
+	return c.arriving != nil && (bytes.HasPrefix(p, movedReply[2:]) || bytes.Contains(p, movedReply)) &&
+		!bytes.Contains(p, ssubscribeReply)
+}
+
+var (
+	sunsubscribeReply = []byte("$12\r\nsunsubscribe\r\n")
+	movedReply        = []byte("\r\n-MOVED ")
+	ssubscribeReply   = []byte("$10\r\nssubscribe\r\n")
+)
+
+// pingCmd is how go-redis's PubSub health check writes its PING.
+var pingCmd = []byte("*1\r\n$4\r\nping\r\n")
+
+// unanswered is told that a PING is about to be written, and reports
+// whether one written at least ReadTimeout ago has had nothing read since:
+// the node holds the connection but does not answer, as a hung one does.
+// go-redis's health check pings only while no message arrives (every 3s by
+// default), so a hung node is found at its second PING.
+func (c *subscriptionConn) unanswered() bool {
+	now := c.s.k.clock.Now().UnixNano()
+	first := c.pingedAt.Load()
+	if first == 0 || c.lastRead.Load() >= first {
+		c.pingedAt.Store(now)
+		return false
+	}
+	return now-first >= int64(c.s.k.cfg.ReadTimeout)
+}
+
+// breakOff closes the connection under its PubSub, which then subscribes
+// again on a new one.
+func (c *subscriptionConn) breakOff() {
+	c.broken.Store(true)
+	c.moved.Store(true)
+	_ = c.Conn.Close()
+}
+
+func (c *subscriptionConn) Write(p []byte) (int, error) {
+	if c.route != routeAsked && bytes.HasPrefix(p, pingCmd) && c.unanswered() {
+		// go-redis's health check found nothing read since its last PING;
+		// closed, the write fails, and the health check subscribes again.
+		// (A lone server is left alone: there is nowhere else to go, and
+		// when it resumes it delivers what it holds.)
+		c.s.unresponsive(c.addr)
+		c.breakOff()
+	}
+	if !bytes.Contains(p, subscribeMark) {
+		return c.write(p)
+	}
+	c.mu.Lock()
+	changed, sunsubscribe := c.subs.apply(p)
+	c.sunsubscribe += sunsubscribe
+	if key := c.subs.key(); changed && key != "" && c.arriving == nil {
+		c.arriving, _ = c.s.claim(key)
+	}
+	c.mu.Unlock()
+	if c.route == routeSlotOwner || c.route == routeAnyNode {
+		if q, ok := splitBySlot(p); ok {
+			if _, err := c.write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return c.write(p)
+}
+
+func (c *subscriptionConn) write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && !isTimeout(err) && !c.closing.Load() {
+		c.broken.Store(true)
+	}
+	return n, err
+}
+
+func (c *subscriptionConn) Close() error {
+	c.closing.Store(true)
+	err := c.Conn.Close()
+	if c.moved.Load() && errors.Is(err, net.ErrClosed) {
+		err = nil // closed by moveFrom: for its user the connection closes now
+	}
+	if c.released.CompareAndSwap(false, true) {
+		c.s.untrack(c)
+		c.s.a.release()
+	}
+	return err
+}
+
+// NetConn lets go-redis reach the socket underneath, as it does through TLS,
+// to peek for pending push data.
+func (c *subscriptionConn) NetConn() net.Conn { return c.Conn }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,159 @@
+package redisguard
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SSubscribe subscribes to sharded channels, as go-redis's SSubscribe does.
+// In Cluster mode the subscription follows its slot's owner: when the
+// owner stops answering, its connection is closed, and go-redis subscribes
+// again at the owner the refreshed slot map names, once the replica is
+// promoted (or the old owner answers again); until then its dials are
+// refused. Channels in several slots are subscribed with one SSUBSCRIBE per
+// slot, so no CROSSSLOT comes back; they must still be served by one node,
+// since a PubSub has one connection.
+//
+// go-redis gives a subscription no way to tell its kind at the moment it
+// dials, so in Cluster mode sharded subscriptions run on a go-redis cluster
+// client of their own, which shares the node breakers and the slot map
+// refreshes. Shard channels added to a PubSub from Subscribe or PSubscribe
+// are routed as classic ones (any healthy node), which after a move answers
+// them with a redirect; use SSubscribe for them.
+func (c *Client) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	if cc := c.subs.sharded(); cc != nil {
+		return cc.SSubscribe(ctx, channels...)
+	}
+	return c.UniversalClient.SSubscribe(ctx, channels...)
+}
+
+// sharded returns the cluster client sharded subscriptions run on, built on
+// first use; nil outside Cluster mode or once the Client is closed.
+func (s *subscriptions) sharded() *redis.ClusterClient {
+	if s.topo == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if s.shard == nil {
+		// Its pools serve only the slot-map look-ups and the handshakes of
+		// its subscriptions; the subscriptions dial connections of their own.
+		s.shard = newGoRedis(clientSpec{kind: clientSharded, k: s.k, nodes: s.nodes, poolSize: 1, hooks: s.hooks}).(*redis.ClusterClient)
+	}
+	return s.shard
+}
+
+// withSharded runs fn with the sharded-subscription client, nil if it is
+// not built, and builds none meanwhile: a client built after fn returns
+// gets what fn registered (Instrument's extensions) when it is built.
+func (s *subscriptions) withSharded(fn func(*redis.ClusterClient) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fn(s.shard)
+}
+
+// close closes the sharded-subscription client, and with it its
+// subscriptions' connections.
+func (s *subscriptions) close() error {
+	s.mu.Lock()
+	s.closed = true
+	cc := s.shard
+	s.mu.Unlock()
+	if cc == nil {
+		return nil
+	}
+	return cc.Close()
+}
+
+// splitBySlot rewrites the SSUBSCRIBE and SUNSUBSCRIBE commands in p whose
+// channels hash to several slots into one command per slot, which Redis
+// answers exactly as the one command (a reply per channel) but without
+// CROSSSLOT. go-redis sends all of a PubSub's shard channels in one
+// SSUBSCRIBE when it subscribes again, and passes SSubscribe's channels on
+// as given. The other commands in p are kept byte for byte. It reports
+// whether it rewrote anything; p is not modified.
+func splitBySlot(p []byte) ([]byte, bool) {
+	var out []byte
+	split := false
+	for rest := p; len(rest) > 0; {
+		args, next, ok := parseCommand(rest)
+		if !ok {
+			return p, false
+		}
+		cmd := rest[:len(rest)-len(next)]
+		rest = next
+		if len(args) < 3 {
+			out = append(out, cmd...)
+			continue
+		}
+		if kind, _ := subscribeKind(strings.ToLower(args[0])); kind != shardKind {
+			out = append(out, cmd...)
+			continue
+		}
+		bySlot := map[int][]string{}
+		var order []int
+		for _, ch := range args[1:] {
+			s := channelSlot(ch)
+			if _, seen := bySlot[s]; !seen {
+				order = append(order, s)
+			}
+			bySlot[s] = append(bySlot[s], ch)
+		}
+		if len(order) == 1 {
+			out = append(out, cmd...)
+			continue
+		}
+		split = true
+		for _, s := range order {
+			out = appendCommand(out, args[0], bySlot[s])
+		}
+	}
+	if !split {
+		return p, false
+	}
+	return out, true
+}
+
+// appendCommand appends name and args to b as a RESP array of bulk strings.
+func appendCommand(b []byte, name string, args []string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(1+len(args)), 10)
+	b = append(b, "\r\n"...)
+	for _, a := range append([]string{name}, args...) {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, a...)
+		b = append(b, "\r\n"...)
+	}
+	return b
+}
+
+// channelSlot is the cluster hash slot of a shard channel, as of a key:
+// CRC16 (XMODEM) of its hash tag, or of the whole name without one, mod
+// 16384.
+func channelSlot(name string) int {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			name = name[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(name); k++ {
+		crc ^= uint16(name[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
