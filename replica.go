@@ -126,7 +126,8 @@ type shardMap struct {
 	replicasOf map[string][]*node // master address → its replicas
 }
 
-// fallback is a master's reads going to a replica while its breaker is open.
+// fallback is a master's reads going to a replica while its breaker is open
+// or it is marked slow.
 type fallback struct {
 	// since is when they started (ReadFromMasterPreferred), unix ns by the
 	// client's clock; 0 while its reads go to the master.
@@ -252,10 +253,15 @@ func (r *replicas) replicasOf(addr string) []*node {
 	return nil
 }
 
-// usable reports whether replica may serve a read now.
+// usable reports whether replica may serve a read now: its breaker is not
+// open, it is not marked slow, and it lags no more than MaxReplicaStaleness.
 func (r *replicas) usable(ctx context.Context, replica *node) bool {
-	return replica.br.State() != breaker.Open && (r.lag == nil || r.lag.fresh(ctx, replica.addr))
+	return replica.br.State() != breaker.Open && !replica.slow.Load() && (r.lag == nil || r.lag.fresh(ctx, replica.addr))
 }
+
+// away reports whether master's reads should go to a replica: its breaker
+// is open or it is marked slow.
+func away(master *node) bool { return master.br.State() == breaker.Open || master.slow.Load() }
 
 // standIn returns a usable replica of master and its client, or nil.
 func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Client) {
@@ -352,8 +358,8 @@ func (r *replicas) stop(fb *fallback, addr string) {
 	r.k.emit(Event{Kind: EventReplicaReadsStopped, Addr: addr, Time: now, Duration: now.Sub(time.Unix(0, since))})
 }
 
-// readFromReplica lists the masters, sorted, whose breaker is open and whose
-// reads a replica serves.
+// readFromReplica lists the masters, sorted, whose breaker is open or that
+// are marked slow, and whose reads a replica serves.
 func (r *replicas) readFromReplica() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -362,7 +368,7 @@ func (r *replicas) readFromReplica() []string {
 		if fb.since.Load() == 0 {
 			continue
 		}
-		if n, ok := r.nodes.lookup(addr); ok && n.br.State() == breaker.Open {
+		if n, ok := r.nodes.lookup(addr); ok && away(n) {
 			out = append(out, addr)
 		}
 	}
@@ -421,8 +427,12 @@ func (r *replicas) divertibleBatch(ctx context.Context, cmds []redis.Cmder, mast
 }
 
 // refused does for a read handed to a replica what the open breaker's fast
-// failure does: it keeps the master probed and the slot map looked after.
+// failure does: it keeps the master probed and the slot map looked after. A
+// master that is only slow needs neither.
 func (r *replicas) refused(master *node) {
+	if master.br.State() != breaker.Open {
+		return
+	}
 	r.nodes.refused(master)
 	if t := r.nodes.topo; t != nil {
 		t.trigger()
@@ -430,22 +440,24 @@ func (r *replicas) refused(master *node) {
 }
 
 // process sends cmd, for master, to the node next leads to, or to a
-// replica of master while its breaker is open or when it failed to answer.
+// replica of master while its breaker is open or it is marked slow, or when
+// it failed to answer.
 //
 // fb is master's fallback state, or nil to look it up when needed (the
 // Sentinel master's node changes with failovers).
 func (r *replicas) process(ctx context.Context, cmd redis.Cmder, master *node, fb *fallback, next redis.ProcessHook) error {
-	if master.br.State() == breaker.Open {
+	if away(master) {
 		if rep, cl := r.divertible(ctx, cmd, master); cl != nil {
 			r.refused(master)
 			r.servedByReplica(r.fallbackOf(fb, master), master, rep, 1)
 			return cl.Process(ctx, cmd)
 		}
-		return next(ctx, cmd) // fails fast
+		return next(ctx, cmd) // fails fast, or waits its turn on a slow master
 	}
 	err := next(ctx, cmd)
 	if err == nil || err == redis.Nil || isRedisReply(err) {
-		if r.falling.Load() != 0 {
+		if r.falling.Load() != 0 && !master.slow.Load() {
+			// Answered, and not by a master that serves only its writes.
 			r.servedByMaster(r.fallbackOf(fb, master), master)
 		}
 		return err
@@ -462,7 +474,7 @@ func (r *replicas) process(ctx context.Context, cmd redis.Cmder, master *node, f
 
 // processBatch is process for a pipeline.
 func (r *replicas) processBatch(ctx context.Context, cmds []redis.Cmder, master *node, fb *fallback, next redis.ProcessPipelineHook) error {
-	if len(cmds) > 0 && master.br.State() == breaker.Open {
+	if len(cmds) > 0 && away(master) {
 		if rep, cl := r.divertibleBatch(ctx, cmds, master); cl != nil {
 			r.refused(master)
 			r.servedByReplica(r.fallbackOf(fb, master), master, rep, len(cmds))
@@ -471,7 +483,7 @@ func (r *replicas) processBatch(ctx context.Context, cmds []redis.Cmder, master 
 		return next(ctx, cmds)
 	}
 	err := next(ctx, cmds)
-	if (err == nil || err == redis.Nil || isRedisReply(err)) && r.falling.Load() != 0 {
+	if (err == nil || err == redis.Nil || isRedisReply(err)) && r.falling.Load() != 0 && !master.slow.Load() {
 		r.servedByMaster(r.fallbackOf(fb, master), master)
 	}
 	return err

@@ -105,6 +105,9 @@ func (s *slowNodes) evaluate(nodes *nodeSet, now time.Time) {
 			continue
 		}
 		n.slow.Store(false)
+		// Judge it afresh from its next answers: while marked it saw
+		// little traffic, and its old average would keep it slow.
+		n.lat.Forget()
 		e.Kind, e.Decision = EventNodeSlowEnded, ch.Reason
 		s.k.emit(e)
 	}

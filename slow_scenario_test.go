@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +242,130 @@ func TestScenarioEveryNodeSlowMarksNothing(t *testing.T) {
 	for _, n := range guard.Stats().Nodes {
 		assert.False(t, n.Slow, n.Addr)
 	}
+}
+
+// getCalls is how many GETs s has served (INFO commandstats).
+func getCalls(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	v := s.Info(t, "commandstats")["cmdstat_get"]
+	calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+	n, _ := strconv.ParseInt(calls, 10, 64)
+	return n
+}
+
+// With ReadFromMasterPreferred, a slow master's reads move to its replica
+// once it is marked; its writes keep the slow-node limits.
+func TestScenarioSlowMasterReadsMoveToReplica(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	slow := cl.MasterForSlot(t, 0)
+	slowKey := cl.KeyOn(t, slow, "slow")
+	var healthyKeys []string
+	for _, m := range cl.Nodes() {
+		if m != slow && m.Info(t, "replication")["role"] == "master" {
+			healthyKeys = append(healthyKeys, cl.KeyOn(t, m, "healthy"))
+		}
+	}
+	var evMu sync.Mutex
+	var events []string
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred,
+		OnEvent: func(e Event) {
+			evMu.Lock()
+			events = append(events, e.Time.Format("15:04:05.000 ")+e.Kind.String()+" "+e.Addr+" "+e.Decision)
+			evMu.Unlock()
+		}})
+	defer func() {
+		evMu.Lock()
+		defer evMu.Unlock()
+		for _, e := range events {
+			t.Log(e)
+		}
+	}()
+	replica := replicaOf(cl, slow)
+	_ = runSlowLoad(guard, slowKey, healthyKeys, time.Second) // warm up: connections, COMMAND, slot map
+
+	stop := slowDown(t, slow)
+	defer stop()
+	slowedAt := time.Now()
+	marked := func() bool {
+		for _, n := range guard.Stats().Nodes {
+			if n.Addr == slow.Addr {
+				return n.Slow
+			}
+		}
+		return false
+	}
+	for !marked() {
+		require.Less(t, time.Since(slowedAt), 10*time.Second, "the slow master was never marked")
+		_ = runSlowLoad(guard, slowKey, healthyKeys, 250*time.Millisecond)
+	}
+	t.Logf("marked %v after the slowdown began", time.Since(slowedAt).Round(10*time.Millisecond))
+	before := getCalls(t, replica)
+	window := 3 * time.Second
+	if scenarioFull() {
+		window = 8 * time.Second
+	}
+	l := runSlowLoad(guard, slowKey, healthyKeys, window)
+	served := getCalls(t, replica) - before
+	slices.Sort(l.slowLats)
+	total := l.slowOK.Load() + l.shed.Load() + l.failed.Load()
+	require.Positive(t, total)
+	p99 := l.slowLats[min(len(l.slowLats)-1, len(l.slowLats)*99/100)]
+	t.Logf("slow master's reads with ReadFromMasterPreferred: %d of %d answered (p99 %v), %d shed, %d failed; the replica served %d GETs",
+		l.slowOK.Load(), total, p99, l.shed.Load(), l.failed.Load(), served)
+	ok := float64(l.slowOK.Load()) / float64(total)
+	if scenarioFull() {
+		assert.GreaterOrEqual(t, ok, 0.99)
+		assert.LessOrEqual(t, p99, 10*time.Millisecond)
+	} else {
+		assert.GreaterOrEqual(t, ok, 0.95, "generous under -race on a shared machine")
+		assert.LessOrEqual(t, p99, 250*time.Millisecond)
+	}
+	assert.Greater(t, served, l.slowOK.Load()/2, "the replica served them")
+	rep := guard.Check(context.Background(), CheckOptions{})
+	assert.Contains(t, rep.Slow, slow.Addr)
+}
+
+// A slowed replica under ReadFromAny loses its share of the shard's reads
+// within 5s, and gets it back within 30s of the slowdown's end.
+func TestScenarioSlowReplicaLosesItsReads(t *testing.T) {
+	if !scenarioFull() {
+		t.Skip("long: REDISGUARD_SCENARIO=full (make scenarios)")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	master := cl.MasterForSlot(t, 0)
+	replica := replicaOf(cl, master)
+	key := cl.KeyOn(t, master, "k")
+	var others []string
+	for _, m := range cl.Nodes() {
+		if m != master && m.Info(t, "replication")["role"] == "master" {
+			others = append(others, cl.KeyOn(t, m, "k"))
+		}
+	}
+	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromAny})
+	share := func(d time.Duration) float64 {
+		m0, r0 := getCalls(t, master), getCalls(t, replica)
+		_ = runSlowLoad(guard, key, others, d)
+		m, r := getCalls(t, master)-m0, getCalls(t, replica)-r0
+		if m+r == 0 {
+			return 0
+		}
+		return float64(r) / float64(m+r)
+	}
+	t.Logf("replica's share of its shard's reads, healthy: %.2f", share(2*time.Second))
+	stop := slowDown(t, replica)
+	_ = share(5 * time.Second)
+	slowed := share(5 * time.Second)
+	t.Logf("replica's share from 5s to 10s after its slowdown: %.3f", slowed)
+	assert.LessOrEqual(t, slowed, 0.05)
+	stop()
+	start := time.Now()
+	var back float64
+	for time.Since(start) < 40*time.Second {
+		if back = share(2 * time.Second); back >= 0.3 {
+			break
+		}
+	}
+	t.Logf("replica's share back to %.2f within %v of the slowdown's end", back, time.Since(start).Round(time.Second))
+	assert.GreaterOrEqual(t, back, 0.3)
+	assert.LessOrEqual(t, time.Since(start), 32*time.Second)
 }

@@ -61,3 +61,8 @@ func (l *Latency) Estimate() (d time.Duration, at time.Time, samples uint64, ok 
 	}
 	return time.Duration(math.Float64frombits(b)), time.Unix(0, l.last.Load()), l.samples.Load(), true
 }
+
+// Forget drops the estimate: the next sample starts a new one. For a node
+// whose mark ends, whose old estimate was built while little traffic
+// reached it and would take seconds to fall.
+func (l *Latency) Forget() { l.bits.Store(0) }

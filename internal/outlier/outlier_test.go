@@ -273,3 +273,16 @@ func BenchmarkLatencyObserve(b *testing.B) {
 		l.Observe(now, time.Millisecond)
 	}
 }
+
+func TestLatencyForget(t *testing.T) {
+	var l Latency
+	l.Observe(t0, 200*time.Millisecond)
+	l.Forget()
+	_, _, n, ok := l.Estimate()
+	assert.False(t, ok, "forgotten")
+	assert.Zero(t, n)
+	l.Observe(t0.Add(time.Millisecond), time.Millisecond)
+	d, _, _, ok := l.Estimate()
+	require.True(t, ok)
+	assert.Equal(t, time.Millisecond, d, "the next sample starts afresh")
+}
