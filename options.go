@@ -215,7 +215,7 @@ type Config struct {
 
 	// ReadFrom says which node of a shard serves read-only commands (see
 	// ReadFrom and docs/replicas.md). Anything but ReadFromMaster is invalid
-	// in Standalone mode, and ReadFromNearest in Sentinel mode.
+	// in Standalone mode.
 	// default: ReadFromMaster
 	ReadFrom ReadFrom
 
@@ -591,13 +591,8 @@ func (cfg *Config) validateReadFrom() error {
 	if cfg.ReadFrom == ReadFromMaster {
 		return nil
 	}
-	switch cfg.Mode {
-	case ModeStandalone:
+	if cfg.Mode == ModeStandalone {
 		return invalid("ReadFrom", "is %s, but a standalone server has no replicas to read from", cfg.ReadFrom)
-	case ModeSentinel:
-		if cfg.ReadFrom == ReadFromNearest {
-			return invalid("ReadFrom", "is nearest, but Sentinel mode has no latency to go by; use master_preferred, replica_preferred or any")
-		}
 	}
 	return nil
 }

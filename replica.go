@@ -16,10 +16,10 @@ import (
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
-// ReadFrom says which node of a shard serves read-only commands: in Cluster
-// mode every value, in Sentinel mode all but ReadFromNearest. A command is a read when COMMAND flags it
-// readonly: GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every
-// transaction go to the master.
+// ReadFrom says which node of a shard serves read-only commands, in Cluster
+// and Sentinel mode. A command is a read when COMMAND flags it readonly:
+// GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every transaction go
+// to the master.
 type ReadFrom int
 
 const (
@@ -34,8 +34,10 @@ const (
 	// when no replica is usable.
 	ReadFromReplicaPreferred
 	// ReadFromNearest sends reads to the node of the shard with the lowest
-	// latency (go-redis's RouteByLatency), the master when the replica it
-	// picks is not usable.
+	// latency, the master when the replica it picks is not usable: in
+	// Cluster mode by go-redis's RouteByLatency, in Sentinel mode by the
+	// nodes' sampled latencies (Stats().Nodes[].Latency), trying another
+	// usable node now and then so that every estimate stays current.
 	ReadFromNearest
 	// ReadFromAny sends reads to a random node of the shard (go-redis's
 	// RouteRandomly), the master when the replica it picks is not usable.

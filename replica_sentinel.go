@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redisguard/redisguard/internal/breaker"
 )
 
 // sentinelReplicasEvery is the least spacing of SENTINEL REPLICAS questions.
@@ -195,10 +197,15 @@ func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 // pick chooses where a read for master goes in Sentinel mode: a usable
 // replica with ReadFromReplicaPreferred; with ReadFromAny the master or a
-// replica at random, the master when the replica drawn is not usable. nil
-// means the master.
+// replica at random, the master when the replica drawn is not usable; with
+// ReadFromNearest the usable node with the lowest sampled latency, or one
+// in nearestExplore a random one (as ReadFromAny), so that the others keep
+// being sampled. nil means the master.
 func (r *replicas) pick(ctx context.Context, master *node) (*node, *redis.Client) {
-	if r.k.cfg.ReadFrom == ReadFromAny {
+	if r.k.cfg.ReadFrom == ReadFromNearest && rand.N(nearestExplore) != 0 {
+		return r.nearest(ctx, master)
+	}
+	if r.k.cfg.ReadFrom == ReadFromAny || r.k.cfg.ReadFrom == ReadFromNearest {
 		reps := r.members(ctx, master)
 		i := rand.N(len(reps) + 1)
 		if i == len(reps) {
@@ -211,4 +218,35 @@ func (r *replicas) pick(ctx context.Context, master *node) (*node, *redis.Client
 		return nil, nil
 	}
 	return r.standIn(ctx, master)
+}
+
+// nearestExplore: one read in this many goes to a random usable node under
+// ReadFromNearest, so that a node that was slow once is measured again.
+const nearestExplore = 16
+
+// nearest returns the usable replica of master with the lowest sampled
+// latency, if it is lower than master's; nil means the master. A node not
+// measured yet counts as fastest, so that it is measured.
+func (r *replicas) nearest(ctx context.Context, master *node) (*node, *redis.Client) {
+	latency := func(n *node) time.Duration {
+		d, _, _, ok := n.lat.Estimate()
+		if !ok {
+			return 0
+		}
+		return d
+	}
+	var best *node
+	var bestCl *redis.Client
+	bestLat := latency(master)
+	if master.br.State() == breaker.Open || master.slow.Load() {
+		bestLat = time.Duration(math.MaxInt64)
+	}
+	for _, rep := range r.members(ctx, master) {
+		if l := latency(rep); l < bestLat {
+			if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
+				best, bestCl, bestLat = rep, cl, l
+			}
+		}
+	}
+	return best, bestCl
 }

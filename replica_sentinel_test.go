@@ -50,6 +50,34 @@ func TestSentinelReadsLandWhereReadFromSays(t *testing.T) {
 	}
 }
 
+// ReadFromNearest in Sentinel mode goes by the nodes' sampled latencies: a
+// master slowed by CLIENT PAUSE loses its reads to the replica, but for the
+// few that keep measuring it.
+func TestSentinelNearestAvoidsASlowMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+	g := redistest.StartSentinel(t)
+	ctx := testCtx(t, 60*time.Second)
+	require.NoError(t, g.Master.Admin().Set(ctx, "k", "v", 0).Err())
+	require.NoError(t, g.Master.Admin().Do(ctx, "wait", 1, 5000).Err())
+	calls := func(s *redistest.Server) int { return commandCalls(t, []*redistest.Server{s}, "get") }
+	c := newTestClient(t, Config{Addrs: g.Addrs(), MasterName: g.MasterName, ReadFrom: ReadFromNearest})
+	stop := slowDown(t, g.Master)
+	defer stop()
+	for range 150 { // until both are measured
+		require.NoError(t, c.Get(ctx, "k").Err())
+	}
+	replicaGets, masterGets := calls(g.Replica), calls(g.Master)
+	for range 200 {
+		require.NoError(t, c.Get(ctx, "k").Err())
+	}
+	onReplica, onMaster := calls(g.Replica)-replicaGets, calls(g.Master)-masterGets
+	t.Logf("nearest with a slow master: %d GETs on the replica, %d on the master", onReplica, onMaster)
+	assert.Equal(t, 200, onReplica+onMaster)
+	assert.GreaterOrEqual(t, onReplica, 170, "the slow master kept the reads")
+}
+
 // The replicas taken from SENTINEL REPLICAS are those no sentinel flags
 // down or disconnected, each with one client, kept across answers.
 func TestSentinelReplicasKeepsUsableOnes(t *testing.T) {

@@ -46,7 +46,6 @@ func TestReadFromValidation(t *testing.T) {
 		{"standalone", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but a standalone server"},
 		{"standalone master", Config{Mode: ModeStandalone, Addrs: []string{"a:1"}, ReadFrom: ReadFromMaster}, ""},
 		{"sentinel master preferred", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromMasterPreferred}, ""},
-		{"sentinel nearest", Config{Addrs: []string{"a:1"}, MasterName: "m", ReadFrom: ReadFromNearest}, "ReadFrom is nearest, but Sentinel mode has no latency"},
 		{"negative staleness", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, MaxReplicaStaleness: -time.Second}, "MaxReplicaStaleness is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,6 +159,37 @@ func TestReplicaStandIn(t *testing.T) {
 		_, cl = f.r.standIn(ctx, f.master)
 		assert.Nil(t, cl)
 	})
+}
+
+// In Sentinel mode ReadFromNearest goes by the nodes' sampled latencies.
+func TestReplicaNearest(t *testing.T) {
+	ctx := context.Background()
+	f := newRouteFixture(t, ReadFromNearest, 0)
+	now := f.clk.Now()
+	f.master.lat.Observe(now, 2*time.Millisecond)
+	f.replica.lat.Observe(now, time.Millisecond)
+	rep, cl := f.r.nearest(ctx, f.master)
+	require.NotNil(t, cl, "the replica is nearer")
+	assert.Same(t, f.replica, rep)
+
+	f.replica.lat.Observe(now.Add(time.Minute), 5*time.Millisecond)
+	_, cl = f.r.nearest(ctx, f.master)
+	assert.Nil(t, cl, "the master is nearer")
+
+	f.replica.slow.Store(true)
+	f.replica.lat.Observe(now.Add(2*time.Minute), time.Microsecond)
+	_, cl = f.r.nearest(ctx, f.master)
+	assert.Nil(t, cl, "a replica marked slow is not usable, however near")
+	f.replica.slow.Store(false)
+
+	f.replica.lat.Forget()
+	_, cl = f.r.nearest(ctx, f.master)
+	assert.NotNil(t, cl, "a node not measured yet is tried, so that it is measured")
+
+	f.replica.lat.Observe(now.Add(3*time.Minute), time.Second)
+	f.master.slow.Store(true)
+	_, cl = f.r.nearest(ctx, f.master)
+	assert.NotNil(t, cl, "a master marked slow is not the nearest, however its average reads")
 }
 
 func TestReplicaReadsEvents(t *testing.T) {
