@@ -221,7 +221,6 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if err := slow.admit(ctx, n); err != nil {
 				return err
 			}
-			n.slowWaiting.Add(1)
 			defer n.slowWaiting.Add(-1)
 		}
 		t, err := n.br.Allow()
@@ -300,7 +299,6 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 				}
 				return err
 			}
-			n.slowWaiting.Add(1)
 			defer n.slowWaiting.Add(-1)
 		}
 		t, err := n.br.Allow()

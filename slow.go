@@ -105,9 +105,9 @@ func (s *slowNodes) evaluate(nodes *nodeSet, now time.Time) {
 			continue
 		}
 		n.slow.Store(false)
-		// Judge it afresh from its next answers: while marked it saw
+		// Judge it afresh, from its peers' latency: while marked it saw
 		// little traffic, and its old average would keep it slow.
-		n.lat.Forget()
+		n.lat.Reset(now, ch.Peers)
 		e.Kind, e.Decision = EventNodeSlowEnded, ch.Reason
 		s.k.emit(e)
 	}
@@ -126,14 +126,17 @@ func (s *slowNodes) limit(lat, peers time.Duration) int {
 	return int(min(max(n, 1), float64(most)))
 }
 
-// admit decides whether a command may wait on n, which is marked slow. It
-// is off the hot path: only marked nodes get here.
+// admit decides whether a command may wait on n, which is marked slow, and
+// counts it among those waiting if so; the caller ends the count with
+// n.slowWaiting.Add(-1). It is off the hot path: only marked nodes get here.
 func (s *slowNodes) admit(ctx context.Context, n *node) error {
-	if n.slowWaiting.Load() >= n.slowLimit.Load() {
+	if n.slowWaiting.Add(1) > n.slowLimit.Load() {
+		n.slowWaiting.Add(-1)
 		return n.slowRefused
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		if est, _, _, ok := n.lat.Estimate(); ok && dl.Sub(s.k.clock.Now()) < est {
+			n.slowWaiting.Add(-1)
 			return n.slowRefused
 		}
 	}

@@ -237,6 +237,9 @@ func TestScenarioEveryNodeSlowMarksNothing(t *testing.T) {
 		stop()
 	}
 	t.Logf("every node slow: %d reads answered, %d shed, %d failed", l.healthy.Load()+l.slowOK.Load(), l.shed.Load(), l.failed.Load())
+	for _, n := range guard.Stats().Nodes {
+		t.Logf("%s slow=%v latency=%v", n.Addr, n.Slow, n.Latency)
+	}
 	assert.Zero(t, marked.Load(), "a node was marked though all were slow alike")
 	assert.Zero(t, l.shed.Load())
 	for _, n := range guard.Stats().Nodes {

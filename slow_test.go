@@ -97,13 +97,15 @@ func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
 	// node's latency, are refused at once.
 	ctx := context.Background()
 	assert.NoError(t, f.nodes.slow.admit(ctx, a))
-	a.slowWaiting.Add(limit)
+	assert.Equal(t, int64(1), a.slowWaiting.Load(), "an admitted caller is counted")
+	a.slowWaiting.Add(limit - 1)
 	err := f.nodes.slow.admit(ctx, a)
 	assert.ErrorIs(t, err, ErrNodeSlow)
 	assert.ErrorIs(t, err, ErrNodeUnavailable, "a fallback for a node that is down serves a slow one")
 	var ne *NodeError
 	require.True(t, errors.As(err, &ne))
 	assert.Equal(t, "a:1", ne.Addr)
+	assert.Equal(t, limit, a.slowWaiting.Load(), "a refused caller is not counted")
 	a.slowWaiting.Add(-limit)
 	short, cancel := context.WithDeadline(ctx, f.clk.Now().Add(10*time.Millisecond))
 	defer cancel()
@@ -111,6 +113,7 @@ func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
 	long, cancel2 := context.WithDeadline(ctx, f.clk.Now().Add(time.Second))
 	defer cancel2()
 	assert.NoError(t, f.nodes.slow.admit(long, a))
+	a.slowWaiting.Add(-1)
 
 	st := map[string]NodeStats{}
 	for _, ns := range f.nodes.stats() {

@@ -16,6 +16,7 @@ const (
 	DefaultEjection    = 5 * time.Second
 	DefaultMaxEjection = 30 * time.Second
 	DefaultStale       = 5 * time.Second
+	DefaultPeerStale   = time.Second
 	DefaultMinSamples  = 5
 )
 
@@ -38,8 +39,11 @@ type Settings struct {
 	Ejection    time.Duration
 	MaxEjection time.Duration
 	// Stale is how old a node's last sample may be for the node to be
-	// judged, or to count as a peer.
-	Stale time.Duration
+	// judged; PeerStale, for it to count as a peer. A peer's estimate must
+	// be recent: when every node turns slow, the first one measured must
+	// not be judged against peers whose estimates are from before.
+	Stale     time.Duration
+	PeerStale time.Duration
 }
 
 func (s Settings) withDefaults() Settings {
@@ -69,6 +73,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.Stale <= 0 {
 		s.Stale = DefaultStale
+	}
+	if s.PeerStale <= 0 {
+		s.PeerStale = DefaultPeerStale
 	}
 	return s
 }
@@ -134,7 +141,8 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		n       Node
 		st      *nodeState
 		est     time.Duration
-		fresh   bool
+		fresh   bool // recent enough to be judged
+		peer    bool // recent enough to count as a peer
 		slow    bool
 		peers   time.Duration
 		samples uint64
@@ -155,6 +163,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		if n.Latency != nil {
 			if est, at, samples, ok := n.Latency.Estimate(); ok && now.Sub(at) < d.s.Stale {
 				j.est, j.fresh, j.samples = est, true, samples
+				j.peer = now.Sub(at) < d.s.PeerStale
 			}
 		}
 		all = append(all, j)
@@ -165,20 +174,28 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		}
 	}
 
-	// Slow: far above the median of the other fresh nodes. When every node
-	// is slow, the median is slow too, and none is.
-	fresh := make([]time.Duration, 0, len(all))
+	// Slow: far above the median of the other recently measured nodes. When
+	// every node is slow, the median is slow too, and none is.
+	peers := make([]time.Duration, 0, len(all))
 	for _, j := range all {
-		if j.fresh {
-			fresh = append(fresh, j.est)
+		if j.peer {
+			peers = append(peers, j.est)
 		}
 	}
 	for i := range all {
 		j := &all[i]
-		if !j.fresh || len(fresh) < 2 {
+		others := len(peers)
+		if j.peer {
+			others--
+		}
+		if !j.fresh || others < 1 {
 			continue
 		}
-		j.peers = medianWithout(fresh, j.est)
+		if j.peer {
+			j.peers = medianWithout(peers, j.est)
+		} else {
+			j.peers = medianWithout(append(peers, j.est), j.est)
+		}
 		j.slow = float64(j.est) > d.s.Factor*float64(j.peers) && j.est > d.s.Floor
 		st := j.st
 		if j.slow {

@@ -62,7 +62,11 @@ func (l *Latency) Estimate() (d time.Duration, at time.Time, samples uint64, ok 
 	return time.Duration(math.Float64frombits(b)), time.Unix(0, l.last.Load()), l.samples.Load(), true
 }
 
-// Forget drops the estimate: the next sample starts a new one. For a node
-// whose mark ends, whose old estimate was built while little traffic
-// reached it and would take seconds to fall.
-func (l *Latency) Forget() { l.bits.Store(0) }
+// Reset makes d, as of now, the estimate: for a node whose mark ends, whose
+// old estimate was built on the little traffic a marked node gets. Starting
+// from its peers' latency, a straggler answer from before the mark ended
+// weighs as little as any other sample.
+func (l *Latency) Reset(now time.Time, d time.Duration) {
+	l.last.Store(now.UnixNano())
+	l.bits.Store(math.Float64bits(float64(max(d, 1))))
+}

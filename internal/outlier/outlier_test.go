@@ -274,15 +274,35 @@ func BenchmarkLatencyObserve(b *testing.B) {
 	}
 }
 
-func TestLatencyForget(t *testing.T) {
+func TestLatencyReset(t *testing.T) {
 	var l Latency
 	l.Observe(t0, 200*time.Millisecond)
-	l.Forget()
-	_, _, n, ok := l.Estimate()
-	assert.False(t, ok, "forgotten")
-	assert.Zero(t, n)
-	l.Observe(t0.Add(time.Millisecond), time.Millisecond)
-	d, _, _, ok := l.Estimate()
+	l.Reset(t0.Add(time.Second), time.Millisecond)
+	d, at, _, ok := l.Estimate()
 	require.True(t, ok)
-	assert.Equal(t, time.Millisecond, d, "the next sample starts afresh")
+	assert.Equal(t, time.Millisecond, d)
+	assert.True(t, at.Equal(t0.Add(time.Second)))
+	// A straggler right after weighs as little as any sample.
+	l.Observe(t0.Add(time.Second+time.Millisecond), 200*time.Millisecond)
+	d, _, _, _ = l.Estimate()
+	assert.Less(t, d, 2*time.Millisecond)
+}
+
+// When every node turns slow, the first measured is not judged against
+// peers whose estimates predate the slowdown.
+func TestDetectorIgnoresStalePeers(t *testing.T) {
+	d := NewDetector(Settings{})
+	nodes := []Node{{ID: "a", Latency: &Latency{}}, {ID: "b", Latency: &Latency{}}, {ID: "c", Latency: &Latency{}}}
+	now := t0
+	for _, n := range nodes {
+		n.Latency.Observe(now, time.Millisecond)
+	}
+	// From now on only a is measured: slow, like the others would be.
+	var ch []Change
+	for range 40 {
+		now = now.Add(100 * time.Millisecond)
+		nodes[0].Latency.Observe(now, 150*time.Millisecond)
+		ch = append(ch, d.Evaluate(now, nodes)...)
+	}
+	assert.Empty(t, ch, "b and c were measured before the slowdown: no peers to judge a by")
 }
