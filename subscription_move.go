@@ -105,11 +105,32 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 		// The move this connection was to complete goes on, from where it
 		// started.
 		arriving.broken = now
-		s.pending = append(s.pending, *arriving)
+		s.addPending(*arriving)
 	case c.broken.Load() && key != "":
-		s.pending = append(s.pending, pendingMove{key: key, names: subs, from: c.addr,
+		s.addPending(pendingMove{key: key, names: subs, from: c.addr,
 			lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
 	}
+}
+
+// addPending waits for p on a new connection. A subscription already
+// waited for is one move, told once: a redial that subscribed on the node
+// being left and broke there again (before the slot map named the new
+// owner) does not start a second. Called with mu held.
+func (s *subscriptions) addPending(p pendingMove) {
+	if i := slices.IndexFunc(s.pending, func(q pendingMove) bool { return q.key == p.key }); i >= 0 {
+		q := &s.pending[i]
+		q.lastRead = minTime(q.lastRead, p.lastRead)
+		q.broken = p.broken
+		return
+	}
+	s.pending = append(s.pending, p)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // moveFrom closes every subscription connection to addr, so that go-redis
@@ -174,7 +195,8 @@ func (s *subscriptions) claim(key string) (*pendingMove, bool) {
 		return nil, false
 	}
 	p := s.pending[i]
-	s.pending = slices.Delete(s.pending, i, i+1)
+	// Every subscription waited for with the same key is this one.
+	s.pending = slices.DeleteFunc(s.pending, func(q pendingMove) bool { return q.key == key })
 	return &p, true
 }
 

@@ -138,6 +138,30 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 		assert.Equal(t, "a:1", f.moves()[0].To)
 	})
 
+	t.Run("a redial that broke on the node being left", func(t *testing.T) {
+		// go-redis redials before the slot map names the new owner: the
+		// redial subscribes on the hung node and breaks there too. Still
+		// one move.
+		f := newSubscriptionsFixture(t)
+		old, _ := f.dial(t, "a:1")
+		write(t, old, subscribeX)
+		f.s.moveFrom("a:1")
+		require.NoError(t, old.Close())
+		f.clk.Advance(time.Second)
+		again, _ := f.dial(t, "a:1")
+		write(t, again, subscribeX)
+		f.s.moveFrom("a:1")
+		require.NoError(t, again.Close())
+		f.clk.Advance(time.Second)
+		moved, server := f.dial(t, "b:1")
+		write(t, moved, subscribeX)
+		reply(t, moved, server, subscribedX)
+		require.Len(t, f.moves(), 1, "one move, one event")
+		assert.Equal(t, "a:1", f.moves()[0].Addr)
+		assert.Equal(t, 2*time.Second, f.moves()[0].Duration, "the window opens at the first break")
+		assert.Equal(t, uint64(1), f.s.moves.Load())
+	})
+
 	t.Run("closed by its user", func(t *testing.T) {
 		f := newSubscriptionsFixture(t)
 		old, _ := f.dial(t, "a:1")
