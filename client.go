@@ -138,6 +138,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 			}
 			r.sentinel = newSentinelReplicas(c.core, c.nodes, c.sentinel, newClient, func(addr string, cl *redis.Client) { r.clients.Store(addr, cl) })
 			r.members = r.sentinel.of
+			r.translate = c.translate
 		}
 		c.hooks.replicas = c.replicas
 	}

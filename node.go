@@ -50,6 +50,7 @@ type node struct {
 	slowWaiting atomic.Int64    // ordinary operations admitted while it is marked, in progress
 	slowRefused error           // the *NodeError for a command refused while marked slow
 	sampleMask  atomic.Uint32   // a command is timed when rand&sampleMask is 0 (slow.go)
+	watched     atomic.Bool     // always timed at the higher rate: its latency routes reads (ReadFromNearest)
 
 	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted

@@ -97,6 +97,10 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 type replicas struct {
 	k     *core
 	nodes *nodeSet
+	// translate maps a replica's errors onto the documented set, as the
+	// facade does for the master's (Sentinel mode, where sentinelReadHook
+	// sits outside the facade); identity when nil.
+	translate func(context.Context, error) error
 	slots func() []redis.ClusterSlot // the last slot map (topology.lastSlots); Cluster mode
 	lag   *lagTracker                // nil without MaxReplicaStaleness
 	// members returns the replicas of master: from the slot map in Cluster

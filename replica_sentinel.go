@@ -173,10 +173,10 @@ func (h sentinelReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 		if routed && !own(ctx, cmd) && classifyCmd(cmd) == classOrdinary {
 			if rep, cl := r.pick(ctx, master); cl != nil && r.isRead(ctx, cmd, cl) {
 				rep.replicaReads.Add(1)
-				return cl.Process(ctx, cmd)
+				return r.translated(ctx, cl.Process(ctx, cmd))
 			}
 		}
-		return r.process(ctx, cmd, master, nil, next)
+		return r.translated(ctx, r.process(ctx, cmd, master, nil, next))
 	}
 }
 
@@ -188,10 +188,10 @@ func (h sentinelReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		if routed && len(cmds) > 0 && !own(ctx, cmds[0]) && !batchIsBlocking(cmds) {
 			if rep, cl := r.pick(ctx, master); cl != nil && r.allReads(ctx, cmds, cl) {
 				rep.replicaReads.Add(uint64(len(cmds)))
-				return pipelineOn(ctx, cl, cmds)
+				return r.translatedBatch(ctx, cmds, pipelineOn(ctx, cl, cmds))
 			}
 		}
-		return r.processBatch(ctx, cmds, master, nil, next)
+		return r.translatedBatch(ctx, cmds, r.processBatch(ctx, cmds, master, nil, next))
 	}
 }
 
@@ -237,11 +237,13 @@ func (r *replicas) nearest(ctx context.Context, master *node) (*node, *redis.Cli
 	}
 	var best *node
 	var bestCl *redis.Client
+	watch(master)
 	bestLat := latency(master)
 	if master.br.State() == breaker.Open || master.slow.Load() {
 		bestLat = time.Duration(math.MaxInt64)
 	}
 	for _, rep := range r.members(ctx, master) {
+		watch(rep)
 		if l := latency(rep); l < bestLat {
 			if cl := r.client(rep.addr); cl != nil && r.usable(ctx, rep) {
 				best, bestCl, bestLat = rep, cl, l
@@ -249,4 +251,26 @@ func (r *replicas) nearest(ctx context.Context, master *node) (*node, *redis.Cli
 		}
 	}
 	return best, bestCl
+}
+
+// translated is err as the caller gets it: what a replica answered passes
+// no facade of its own.
+func (r *replicas) translated(ctx context.Context, err error) error {
+	if err == nil || err == redis.Nil || r.translate == nil {
+		return err
+	}
+	return r.translate(ctx, err)
+}
+
+// translatedBatch is translated for a batch and each of its commands.
+func (r *replicas) translatedBatch(ctx context.Context, cmds []redis.Cmder, err error) error {
+	if batchAnswered(err) || r.translate == nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cmd.SetErr(r.translate(ctx, cerr))
+		}
+	}
+	return r.translate(ctx, err)
 }

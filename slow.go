@@ -35,7 +35,8 @@ const slowEvalEvery = 250 * time.Millisecond
 // fast, so that the two clock readings cost each command about a
 // nanosecond on average; one in four on a node whose latency is above
 // SlowNodeFloor, or that is marked, so that its mark is decided on enough
-// samples and ends soon after it is fast again.
+// samples and ends soon after it is fast again, and on a node whose latency
+// routes reads (watch).
 const (
 	sampleFast  = 63
 	sampleWatch = 3
@@ -68,7 +69,7 @@ func (s *slowNodes) observe(nodes *nodeSet, n *node, cmd redis.Cmder, start time
 	now := s.k.clock.Now()
 	n.lat.Observe(now, now.Sub(start))
 	mask := uint32(sampleFast)
-	if est, _, _, _ := n.lat.Estimate(); est > s.k.cfg.SlowNodeFloor || n.slow.Load() {
+	if est, _, _, _ := n.lat.Estimate(); est > s.k.cfg.SlowNodeFloor || n.slow.Load() || n.watched.Load() {
 		mask = sampleWatch
 	}
 	if n.sampleMask.Load() != mask {
@@ -141,4 +142,12 @@ func (s *slowNodes) admit(ctx context.Context, n *node) error {
 		}
 	}
 	return nil
+}
+
+// watch has n's latency measured at the higher rate from now on.
+func watch(n *node) {
+	if !n.watched.Load() {
+		n.watched.Store(true)
+		n.sampleMask.Store(sampleWatch)
+	}
 }
