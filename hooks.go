@@ -51,6 +51,11 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 // extension that keeps state per client (redisotel's InstrumentMetrics
 // registers a pool-statistics callback) keeps it for at most as many
 // clients per node as there were blocking calls on it at once.
+//
+// fn must not use the Client: it runs while the Client holds the locks that
+// keep a long, dedicated or sharded-subscription client built meanwhile
+// from missing fn, and a blocking call or subscription made from fn waits
+// for them forever. go-redis's extensions only install hooks.
 func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 	if fn == nil {
 		return invalid("Instrument", "needs a function")

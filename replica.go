@@ -101,8 +101,8 @@ type replicas struct {
 	// facade does for the master's (Sentinel mode, where sentinelReadHook
 	// sits outside the facade); identity when nil.
 	translate func(context.Context, error) error
-	slots func() []redis.ClusterSlot // the last slot map (topology.lastSlots); Cluster mode
-	lag   *lagTracker                // nil without MaxReplicaStaleness
+	slots     func() []redis.ClusterSlot // the last slot map (topology.lastSlots); Cluster mode
+	lag       *lagTracker                // nil without MaxReplicaStaleness
 	// members returns the replicas of master: from the slot map in Cluster
 	// mode, from the sentinels in Sentinel mode (sentinelReplicas).
 	members  func(ctx context.Context, master *node) []*node
