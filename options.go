@@ -174,7 +174,8 @@ type Config struct {
 	// SlowNodeFactor and SlowNodeFloor say when a node that still answers
 	// is slow: its recent latency (a moving average with a 500ms time
 	// constant, sampled from ordinary commands) is above SlowNodeFactor
-	// times the median of the other nodes' and above SlowNodeFloor. A node
+	// times the median of the other nodes' (at least two, measured within
+	// the last second) and above SlowNodeFloor. A node
 	// that stays slow for SlowNodeMarkAfter is marked slow, at most one node
 	// per shard and always fewer than half of the nodes; when every node is
 	// slow, none is. Standalone has no peers and never marks.

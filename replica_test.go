@@ -250,13 +250,15 @@ func TestParseURLReadFrom(t *testing.T) {
 		cfg, err := ParseURL("redis://h?read_from=" + name)
 		require.NoError(t, err, name)
 		assert.Equal(t, want, cfg.ReadFrom)
+		cfg, err = ParseURL("redis+sentinel://s/m?read_from=" + name)
+		require.NoError(t, err, "sentinel "+name)
+		assert.Equal(t, want, cfg.ReadFrom)
 	}
 	for _, tc := range []struct{ url, want string }{
 		{"redis+cluster://h?read_from=replica", "URL parameter read_from is not one of"},
 		{"redis+cluster://h?read_from=MASTER", "URL parameter read_from is not one of"},
 		{"redis+cluster://h?max_replica_staleness=-1s", "URL parameter max_replica_staleness is negative"},
 		{"redis+cluster://h?max_replica_staleness=soon", "URL parameter max_replica_staleness"},
-		{"redis+sentinel://h/m?read_from=nearest", "ReadFrom is nearest, but Sentinel"},
 	} {
 		_, err := ParseURL(tc.url)
 		require.ErrorIs(t, err, ErrInvalidConfig, tc.url)

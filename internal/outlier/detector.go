@@ -80,6 +80,11 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
+// minPeers is how many recently measured peers a node is judged against.
+// With one, a node only twice as loaded as the other would look slow; a
+// median of two or more is what "slower than its peers" needs.
+const minPeers = 2
+
 // Node is one node as the detector sees it at an evaluation.
 type Node struct {
 	ID string
@@ -116,6 +121,7 @@ type nodeState struct {
 	until        time.Time // when the mark expires
 	level        uint      // doublings of Ejection for the next mark
 	lastUnmarked time.Time
+	quietUntil   time.Time // not marked again before: its first answers after a mark are no verdict
 }
 
 // NewDetector returns a Detector with settings s.
@@ -188,7 +194,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		if j.peer {
 			others--
 		}
-		if !j.fresh || others < 1 {
+		if !j.fresh || others < minPeers {
 			continue
 		}
 		if j.peer {
@@ -229,6 +235,10 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		}
 		if reason != "" {
 			st.marked, st.lastUnmarked = false, now
+			// The answers right after a mark ends are skewed (a pool to
+			// warm again, callers that were refused all arriving at once):
+			// a node still slow is marked again after twice MarkAfter.
+			st.quietUntil = now.Add(2 * d.s.MarkAfter)
 			st.slowSince = time.Time{} // a node must be slow anew for MarkAfter to be marked again
 			changes = append(changes, Change{ID: j.n.ID, Reason: reason, Latency: j.est, Peers: j.peers})
 			continue
@@ -245,7 +255,8 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 	for i := range all {
 		j := &all[i]
 		st := j.st
-		if st.marked || !j.slow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples {
+		if st.marked || !j.slow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples ||
+			now.Before(st.quietUntil) {
 			continue
 		}
 		if (j.n.Group != "" && markedGroups[j.n.Group]) || 2*(marked+1) >= len(all) {
