@@ -13,7 +13,7 @@ test:
 # then the interleaved healthy-path ratio check against go-redis alone.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestReplicaHealthyPathRatio)$$' .
+	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestReplicaHealthyPathRatio|TestAutoPipelineRatio)$$' .
 
 # Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
 # and 12 masters started locally), idle cost and topology refresh. Several

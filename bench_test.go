@@ -347,3 +347,66 @@ func BenchmarkHookPath(b *testing.B) {
 		}
 	})
 }
+
+// TestAutoPipelineRatio measures AutoPipeline GET throughput through
+// redisguard against go-redis's AutoPipeline on a go-redis client with the
+// same options, in the manner of TestHealthyPathRatio (interleaved timed
+// slices, median of the pairwise ratios, a control client for the
+// resolution), at 64 callers. It runs only under `make bench`
+// (REDISGUARD_BENCH=1). The target is 0.95.
+func TestAutoPipelineRatio(t *testing.T) {
+	if os.Getenv("REDISGUARD_BENCH") != "1" {
+		t.Skip("set REDISGUARD_BENCH=1 (make bench) to measure throughput ratios")
+	}
+	const (
+		rounds  = 201
+		slice   = 25 * time.Millisecond
+		callers = 64
+	)
+	var rows [][]string
+	for _, target := range benchTargets(t) {
+		get := func(c redis.UniversalClient) func(context.Context, redis.Cmdable) error {
+			ap, err := c.AutoPipeline()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = ap.Close() })
+			return func(ctx context.Context, _ redis.Cmdable) error { return ap.Get(ctx, "bench:key").Err() }
+		}
+		sides := map[string]redis.UniversalClient{
+			"control": target.control, "go-redis": target.stock, "redisguard": target.guarded, "go-redis-defaults": target.defaults,
+		}
+		ops := map[string]func(context.Context, redis.Cmdable) error{}
+		for name, c := range sides {
+			ops[name] = get(c)
+		}
+		rate := map[string][]float64{}
+		run := func(name string) float64 {
+			r := timedSlice(t, sides[name], ops[name], callers, slice, nil)
+			rate[name] = append(rate[name], r)
+			return r
+		}
+		var ratios, ctlRatios, defRatios []float64
+		for i := range rounds {
+			var ctl, gr, rg float64
+			if i%2 == 0 {
+				ctl, gr, rg = run("control"), run("go-redis"), run("redisguard")
+			} else {
+				rg, gr, ctl = run("redisguard"), run("go-redis"), run("control")
+			}
+			def := run("go-redis-defaults")
+			ratios = append(ratios, rg/gr)
+			ctlRatios = append(ctlRatios, ctl/gr)
+			defRatios = append(defRatios, rg/def)
+		}
+		rows = append(rows, []string{target.name,
+			fmt.Sprintf("%.0f/s", median(rate["go-redis"])), fmt.Sprintf("%.0f/s", median(rate["redisguard"])),
+			fmt.Sprintf("%.3f", median(ratios)), fmt.Sprintf("%.3f-%.3f", slices.Min(ratios), slices.Max(ratios)),
+			fmt.Sprintf("%.3f", median(ctlRatios)),
+			fmt.Sprintf("%.0f/s", median(rate["go-redis-defaults"])), fmt.Sprintf("%.3f", median(defRatios))})
+		if median(ratios) < 0.95 {
+			t.Errorf("%s: AutoPipeline GET median throughput ratio %.3f < 0.95", target.name, median(ratios))
+		}
+	}
+	table(t, fmt.Sprintf("AutoPipeline GET: %d rounds of %v timed runs, %d callers (GOMAXPROCS %d); ratio = redisguard/go-redis throughput",
+		rounds, slice, callers, runtime.GOMAXPROCS(0)),
+		[]string{"topology", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
+}
