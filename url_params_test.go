@@ -143,13 +143,7 @@ func TestParseURLGoRedisParameterErrors(t *testing.T) {
 		{"db not a number in the failover form", "redis://h?master_name=m&db=x", "URL parameter db"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := ParseURL(tt.url)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrInvalidConfig), "%q does not wrap ErrInvalidConfig", err)
-			assert.Contains(t, err.Error(), tt.mention)
-			assert.Equal(t, Config{}, cfg)
-		})
+		t.Run(tt.name, func(t *testing.T) { checkURLError(t, tt.url, tt.mention) })
 	}
 }
 

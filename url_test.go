@@ -182,13 +182,7 @@ func TestParseURLErrors(t *testing.T) {
 		{"trailing newline", "redis://h\n", "byte 9"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := ParseURL(tt.url)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrInvalidConfig), "%q does not wrap ErrInvalidConfig", err)
-			assert.Contains(t, err.Error(), tt.mention)
-			assert.Equal(t, Config{}, cfg, "a failed parse returns no partial Config")
-		})
+		t.Run(tt.name, func(t *testing.T) { checkURLError(t, tt.url, tt.mention) })
 	}
 }
 
@@ -525,4 +519,15 @@ func TestParseURLSaysWhatWasMeant(t *testing.T) {
 	cfg, err := ParseURL("redis+sentinel://h:26379/%30")
 	require.NoError(t, err)
 	assert.Equal(t, "0", cfg.MasterName)
+}
+
+// checkURLError asserts that url is refused with an error wrapping
+// ErrInvalidConfig that mentions mention, and no partial Config.
+func checkURLError(t *testing.T, url, mention string) {
+	t.Helper()
+	cfg, err := ParseURL(url)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrInvalidConfig), "%q does not wrap ErrInvalidConfig", err)
+	assert.Contains(t, err.Error(), mention)
+	assert.Equal(t, Config{}, cfg, "a failed parse returns no partial Config")
 }
