@@ -69,10 +69,10 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 		if s.k.closed.Load() {
 			return nil, ErrClosed
 		}
-		target, err := s.target(route, addr)
-		if err != nil && route == routeSlotOwner && errors.Is(err, ErrNodeUnavailable) {
-			target, err = s.awaitOwner(ctx, addr)
+		if route == routeSlotOwner {
+			return s.dialSharded(ctx, network, addr, next)
 		}
+		target, err := s.target(route, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -105,8 +105,49 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 				return nil, n.unavailable
 			}
 		}
-		return s.track(conn, target, route), nil
+		return s.track(conn, target, route, true), nil
 	}
+}
+
+// dialSharded dials a sharded subscription's first connection, to the
+// slot owner go-redis asks for, and returns it as a splitConn, which dials
+// the other owners its channels need (subscription_split.go). Only the
+// first connection holds the subscription's permit. A later one to an
+// owner whose breaker is open is refused at once: its channels wait, and
+// the others are served.
+func (s *subscriptions) dialSharded(ctx context.Context, network, addr string, next redis.DialHook) (net.Conn, error) {
+	dial := func(ctx context.Context, addr string, home bool) (*subscriptionConn, error) {
+		target, err := s.target(routeSlotOwner, addr)
+		if err != nil && home && errors.Is(err, ErrNodeUnavailable) {
+			// The first connection carries only what go-redis sends
+			// besides the shard channels, which go to their own owners:
+			// any node serves it while the one go-redis asked for is down.
+			if alt := s.healthyNode(addr); alt != "" {
+				target, err = alt, nil
+			} else {
+				target, err = s.awaitOwner(ctx, addr)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		conn, err := next(ctx, network, target)
+		if err != nil {
+			return nil, err
+		}
+		return s.track(conn, target, routeSlotOwner, home), nil
+	}
+	if err := s.a.acquire(ctx); err != nil {
+		return nil, err
+	}
+	home, err := dial(ctx, addr, true)
+	if err != nil {
+		s.a.release()
+		return nil, err
+	}
+	return newSplitConn(s, home, func(ctx context.Context, addr string) (*subscriptionConn, error) {
+		return dial(ctx, addr, false)
+	}), nil
 }
 
 func (subscriptionBudget) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }

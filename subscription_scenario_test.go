@@ -21,15 +21,16 @@ import (
 // publishLog numbers messages and records when each one that the server
 // accepted was sent.
 type publishLog struct {
-	mu sync.Mutex
-	at map[int]time.Time // guarded by mu
+	channel string
+	mu      sync.Mutex
+	at      map[int]time.Time // guarded by mu
 }
 
-// publishEvery sends message 0, 1, 2, ... with publish every 10ms, each in
+// publishEvery sends message 0, 1, 2, ... on channel with publish every 10ms, each in
 // its own goroutine, so that one stuck on a hung node holds up none of the
 // others. stop ends it and waits for the sends in flight.
-func publishEvery(publish func(ctx context.Context, payload string) error) (*publishLog, func()) {
-	l := &publishLog{at: make(map[int]time.Time)}
+func publishEvery(channel string, publish func(ctx context.Context, channel, payload string) error) (*publishLog, func()) {
+	l := &publishLog{channel: channel, at: make(map[int]time.Time)}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -49,7 +50,7 @@ func publishEvery(publish func(ctx context.Context, payload string) error) (*pub
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				sent := time.Now()
-				if publish(ctx, strconv.Itoa(i)) == nil {
+				if publish(ctx, channel, strconv.Itoa(i)) == nil {
 					l.mu.Lock()
 					l.at[i] = sent
 					l.mu.Unlock()
@@ -72,7 +73,7 @@ func (l *publishLog) received(s *subscriberLog, from time.Time) (got, total int)
 			continue
 		}
 		total++
-		if s.got[i] {
+		if s.got[received{l.channel, i}] {
 			got++
 		}
 	}
@@ -83,20 +84,26 @@ func (l *publishLog) received(s *subscriberLog, from time.Time) (got, total int)
 type subscriberLog struct {
 	name string
 	mu   sync.Mutex
-	got  map[int]bool // guarded by mu
+	got  map[received]bool // guarded by mu
 	done chan struct{}
+}
+
+// received is one message: its channel and number.
+type received struct {
+	channel string
+	n       int
 }
 
 // receiveAll reads ps's Channel until ps is closed.
 func receiveAll(name string, ps *redis.PubSub) *subscriberLog {
-	s := &subscriberLog{name: name, got: make(map[int]bool), done: make(chan struct{})}
+	s := &subscriberLog{name: name, got: make(map[received]bool), done: make(chan struct{})}
 	ch := ps.Channel()
 	go func() {
 		defer close(s.done)
 		for m := range ch {
 			if n, err := strconv.Atoi(m.Payload); err == nil {
 				s.mu.Lock()
-				s.got[n] = true
+				s.got[received{m.Channel, n}] = true
 				s.mu.Unlock()
 			}
 		}
@@ -194,6 +201,9 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	partner := replicaOf(cl, owner)
 	classic := cl.KeyOn(t, owner, "subs:classic") // go-redis subscribes on the channel's slot owner
 	sharded := cl.KeyOn(t, owner, "subs:sharded")
+	// One subscription to a shard channel on each of two masters: split
+	// over both, it keeps the healthy master's while the other's moves.
+	splitHung, splitHealthy := cl.KeyOn(t, owner, "subs:split-hung"), cl.KeyOn(t, other, "subs:split-healthy")
 	observe := pick(20*time.Second, 10*time.Second)
 	ctx := testCtx(t, time.Minute)
 
@@ -212,6 +222,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 		"redisguard classic, no other traffic": lone.Subscribe(ctx, classic),
 		"redisguard classic":                   guard.Subscribe(ctx, classic),
 		"redisguard sharded":                   guard.SSubscribe(ctx, sharded),
+		"redisguard sharded, split":            guard.SSubscribe(ctx, splitHung, splitHealthy),
 		"go-redis classic":                     stock.Subscribe(ctx, classic),
 		"go-redis sharded":                     stock.SSubscribe(ctx, sharded),
 	}
@@ -228,12 +239,13 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	// forwards to every node; sharded ones through redisguard, to the
 	// slot's owner, which is also what opens its breaker once it hangs.
 	direct := other.Admin()
-	classicPub, stopClassic := publishEvery(func(ctx context.Context, p string) error {
-		return direct.Publish(ctx, classic, p).Err()
+	classicPub, stopClassic := publishEvery(classic, func(ctx context.Context, ch, p string) error {
+		return direct.Publish(ctx, ch, p).Err()
 	})
-	shardedPub, stopSharded := publishEvery(func(ctx context.Context, p string) error {
-		return guard.SPublish(ctx, sharded, p).Err()
-	})
+	spublish := func(ctx context.Context, ch, p string) error { return guard.SPublish(ctx, ch, p).Err() }
+	shardedPub, stopSharded := publishEvery(sharded, spublish)
+	hungPub, stopHung := publishEvery(splitHung, spublish)
+	healthyPub, stopHealthy := publishEvery(splitHealthy, spublish)
 	waitReceiving(t, slices.Collect(maps.Values(logs))...)
 
 	paused := time.Now()
@@ -251,6 +263,8 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	time.Sleep(time.Until(paused.Add(observe)))
 	stopClassic()
 	stopSharded()
+	stopHung()
+	stopHealthy()
 	time.Sleep(500 * time.Millisecond) // the last messages in flight
 	promotedAfter := <-promotedCh
 	require.Positive(t, promotedAfter, "the replica was not promoted within %v", observe)
@@ -267,6 +281,10 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	gc, gcTotal := classicPub.received(logs["redisguard classic"], classicFrom)
 	sc, scTotal := classicPub.received(logs["go-redis classic"], classicFrom)
 	gs, gsTotal := shardedPub.received(logs["redisguard sharded"], shardedFrom)
+	hs, hsTotal := hungPub.received(logs["redisguard sharded, split"], shardedFrom)
+	// The healthy master's channel, from 1s after the breaker opened: the
+	// subscription is re-established without the hung master's channel.
+	ks, ksTotal := healthyPub.received(logs["redisguard sharded, split"], classicFrom)
 	ss, ssTotal := shardedPub.received(logs["go-redis sharded"], shardedFrom)
 	// go-redis's health check pings every 3s while nothing arrives; the
 	// second PING finds the first unanswered.
@@ -279,19 +297,25 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 		[]string{"go-redis", ratio(sc, scTotal), ratio(ss, ssTotal)},
 		[]string{"redisguard", ratio(gc, gcTotal), ratio(gs, gsTotal)})
 	t.Logf("classic, default Config, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
+	t.Logf("redisguard, one SSubscribe over two masters: the hung master's channel from 1s after the promotion %s, the healthy master's from 1s after the breaker opened %s",
+		ratio(hs, hsTotal), ratio(ks, ksTotal))
 
 	want := pick(0.99, 0.97)
 	require.Positive(t, gcTotal)
 	require.Positive(t, gsTotal)
 	assert.GreaterOrEqual(t, float64(gc)/float64(gcTotal), want, "classic subscription did not move to a healthy node")
 	assert.GreaterOrEqual(t, float64(gs)/float64(gsTotal), want, "sharded subscription did not follow the promotion")
+	require.Positive(t, hsTotal)
+	require.Positive(t, ksTotal)
+	assert.GreaterOrEqual(t, float64(hs)/float64(hsTotal), want, "a split subscription's channel did not follow the promotion")
+	assert.GreaterOrEqual(t, float64(ks)/float64(ksTotal), want, "a split subscription's healthy channel stopped with the hung one")
 	require.Positive(t, lcTotal)
 	assert.GreaterOrEqual(t, float64(lc)/float64(lcTotal), want, "a subscription-only client did not move off the hung node")
 
 	moved := func(name string) []Event {
 		return events.find(EventSubscriptionMoved, func(e Event) bool { return strings.Contains(e.Channels, name) })
 	}
-	for _, e := range append(moved(classic), moved(sharded)...) {
+	for _, e := range slices.Concat(moved(classic), moved(sharded), moved(splitHung), moved(splitHealthy)) {
 		t.Logf("event: %v", e)
 	}
 
@@ -305,8 +329,15 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	if assert.Len(t, moved(sharded), 1, "the sharded move must be told once") {
 		assert.Equal(t, partner.Addr, moved(sharded)[0].To)
 	}
-	assert.Equal(t, uint64(2), guard.Stats().SubscriptionMoves)
-	assert.Equal(t, 2, inUse, "each moved subscription holds exactly one permit")
+	if assert.Len(t, moved(splitHung), 1, "the split subscription's move must be told once per node") {
+		assert.Equal(t, owner.Addr, moved(splitHung)[0].Addr)
+		assert.Equal(t, partner.Addr, moved(splitHung)[0].To)
+	}
+	if assert.Len(t, moved(splitHealthy), 1, "the split subscription's move must be told once per node") {
+		assert.Equal(t, other.Addr, moved(splitHealthy)[0].To)
+	}
+	assert.Equal(t, uint64(4), guard.Stats().SubscriptionMoves)
+	assert.Equal(t, 3, inUse, "each moved subscription holds exactly one permit")
 	assert.Zero(t, guard.Stats().LongInUse)
 
 	owner.Resume(t)
@@ -337,7 +368,7 @@ func TestScenarioSubscriptionsFollowSentinelFailover(t *testing.T) {
 	guardSub, stockSub, loneSub := guard.Subscribe(ctx, channel), stock.Subscribe(ctx, channel), lone.Subscribe(ctx, channel)
 	guardLog, stockLog := receiveAll("redisguard", guardSub), receiveAll("go-redis", stockSub)
 	loneLog := receiveAll("redisguard, default Config, subscription only", loneSub)
-	pub, stop := publishEvery(func(ctx context.Context, p string) error { return guard.Publish(ctx, channel, p).Err() })
+	pub, stop := publishEvery(channel, func(ctx context.Context, ch, p string) error { return guard.Publish(ctx, ch, p).Err() })
 	waitReceiving(t, guardLog, stockLog, loneLog)
 
 	old := g.Master.Addr

@@ -14,8 +14,9 @@ import (
 // again at the owner the refreshed slot map names, once the replica is
 // promoted (or the old owner answers again); until then its dials are
 // refused. Channels in several slots are subscribed with one SSUBSCRIBE per
-// slot, so no CROSSSLOT comes back; they must still be served by one node,
-// since a PubSub has one connection.
+// slot, so no CROSSSLOT comes back, and channels of several nodes each on a
+// connection to their own node, under the one connection go-redis sees
+// (splitConn).
 //
 // go-redis gives a subscription no way to tell its kind at the moment it
 // dials, so in Cluster mode sharded subscriptions run on a go-redis cluster

@@ -68,16 +68,10 @@ func TestSSubscribeFollowsSlotMigration(t *testing.T) {
 	t.Cleanup(func() { _ = stock.Close() })
 	guardSub, stockSub := guard.SSubscribe(ctx, ch), stock.SSubscribe(ctx, ch)
 	guardLog, stockLog := receiveAll("redisguard", guardSub), receiveAll("go-redis", stockSub)
-	pub, stop := publishEvery(func(ctx context.Context, p string) error { return guard.SPublish(ctx, ch, p).Err() })
+	pub, stop := publishEvery(ch, func(ctx context.Context, ch, p string) error { return guard.SPublish(ctx, ch, p).Err() })
 	waitReceiving(t, guardLog, stockLog)
 
-	slot := redistest.Slot(ch)
-	fromID, toID := cl.NodeID(t, from), cl.NodeID(t, to)
-	require.NoError(t, to.Admin().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err())
-	require.NoError(t, from.Admin().Do(ctx, "cluster", "setslot", slot, "migrating", toID).Err())
-	for _, m := range []*redistest.Server{to, from, cl.Masters[2]} {
-		require.NoError(t, m.Admin().Do(ctx, "cluster", "setslot", slot, "node", toID).Err())
-	}
+	migrateSlot(t, cl, redistest.Slot(ch), from, to)
 	migrated := time.Now()
 	time.Sleep(3 * time.Second)
 	stop()

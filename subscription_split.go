@@ -1,0 +1,852 @@
+package redisguard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// splitConn is a sharded subscription's connection as go-redis sees it:
+// one net.Conn over one connection (a leg) per node that owns one of its
+// shard channels' slots. go-redis's PubSub has exactly one connection, and
+// Redis delivers a shard channel only on its slot's owner, so this is what
+// lets one PubSub hold shard channels that live on several nodes.
+//
+//   - Writes are split by command: SSUBSCRIBE's channels go to the leg of
+//     the node the last slot map names for their slot (a leg is dialed on
+//     first use), SUNSUBSCRIBE's to the leg subscribed to them, and the
+//     health check's bare PING to every leg; anything else goes to the first
+//     leg, the one go-redis dialed.
+//   - Reads merge the legs' replies, whole replies at a time, in the order
+//     they arrive. Each leg is read by a goroutine of its own, stopped by
+//     Close. The replies go-redis did not ask for are dropped: a new leg's
+//     handshake (what go-redis wrote before its first subscribe, replayed
+//     there) and the other legs' answers to a forwarded PING.
+//   - A channel follows its slot: a node that gives the slot up (an
+//     unsolicited SUNSUBSCRIBE) or answers MOVED has the channel subscribed
+//     again at the owner (inspect).
+//   - Serve what can be served: a channel whose owner cannot be reached (its
+//     breaker is open, the dial fails) waits, and is tried again every
+//     100ms against a refreshed slot map, while the other channels go on
+//     (retry). A leg other than the first that fails is closed and its
+//     channels wait the same way. Each channel's move is told when its new
+//     node confirms it.
+//   - The first leg carries go-redis's own exchanges, so its failure fails
+//     the whole connection: go-redis dials again and subscribes again to
+//     everything. The other legs count as moved too (they were resubscribed,
+//     so they may have missed messages).
+//
+// Every leg is a subscriptionConn, tracked under its own node, so a node
+// that stops answering breaks exactly the legs on it. The first leg holds
+// the subscription's one long permit.
+type splitConn struct {
+	s      *subscriptions
+	dial   func(ctx context.Context, addr string) (*subscriptionConn, error) // dials a leg without a permit
+	home   *leg
+	frames chan []byte   // whole replies, from the legs' readers; nil for a leg's failure
+	failed chan struct{} // closed at the first leg failure; err says what
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	err        error // set before failed is closed
+	failedLeg  *leg
+	failOnce   sync.Once
+	closeOnce  sync.Once
+	readBy     atomic.Int64 // read deadline, unix ns; 0 for none
+	cur        []byte       // the rest of the reply being read; only Read uses it
+	mu         sync.Mutex
+	legs       []*leg                 // guarded by mu; home first
+	handshake  []byte                 // guarded by mu; what go-redis wrote before its first subscribe
+	subscribed bool                   // guarded by mu
+	writeBy    time.Time              // guarded by mu; the write deadline
+	lost       map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
+	waiting    map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
+	retrying   bool                   // guarded by mu; retry is running
+}
+
+// leg is one node's connection of a splitConn.
+type leg struct {
+	*subscriptionConn
+	skip  atomic.Int32 // handshake replies still to drop
+	pongs atomic.Int32 // PONGs to forwarded PINGs still to drop
+}
+
+func newSplitConn(s *subscriptions, home *subscriptionConn, dial func(context.Context, string) (*subscriptionConn, error)) *splitConn {
+	c := &splitConn{s: s, dial: dial, home: &leg{subscriptionConn: home},
+		frames: make(chan []byte, 64), failed: make(chan struct{}), done: make(chan struct{})}
+	c.legs = []*leg{c.home}
+	c.wg.Add(1)
+	go c.read(c.home)
+	return c
+}
+
+func (c *splitConn) Read(p []byte) (int, error) {
+	if len(c.cur) == 0 {
+		f, err := c.next()
+		if err != nil {
+			return 0, err
+		}
+		c.cur = f
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}
+
+// next returns the next reply any leg read, waiting at most until the read
+// deadline. A failed leg's replies come before its failure, which is
+// returned then, in order with the other legs' replies, and from then on.
+func (c *splitConn) next() ([]byte, error) {
+	select {
+	case <-c.done:
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
+	case f := <-c.frames:
+		return c.reply(f)
+	default:
+	}
+	select {
+	case <-c.failed:
+		return nil, c.err
+	default:
+	}
+	var expired <-chan time.Time
+	if by := c.readBy.Load(); by != 0 {
+		// go-redis sets deadlines by the wall clock, as for a socket.
+		wait := time.Until(time.Unix(0, by))
+		if wait <= 0 {
+			return nil, os.ErrDeadlineExceeded
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case f := <-c.frames:
+		return c.reply(f)
+	case <-expired:
+		return nil, os.ErrDeadlineExceeded
+	case <-c.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// reply turns what a leg's reader sent into Read's answer: nil is the
+// leg's failure.
+func (c *splitConn) reply(f []byte) ([]byte, error) {
+	if f == nil {
+		return nil, c.err
+	}
+	return f, nil
+}
+
+// read runs for each leg until the leg fails or the splitConn is closed,
+// handing whole replies to Read.
+func (c *splitConn) read(l *leg) {
+	defer c.wg.Done()
+	chunk := make([]byte, 16<<10)
+	var buf []byte
+	for {
+		n, err := l.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		for len(buf) > 0 {
+			size, ferr := respReplyLen(buf)
+			if ferr != nil {
+				c.fail(l, ferr)
+				return
+			}
+			if size == 0 {
+				break
+			}
+			f := buf[:size:size]
+			buf = buf[size:]
+			if l.drop(f) {
+				continue
+			}
+			forward, rerr := c.inspect(l, f)
+			if rerr != nil {
+				c.fail(l, rerr)
+				return
+			}
+			if !forward {
+				continue
+			}
+			select {
+			case c.frames <- f:
+			case <-c.done:
+				return
+			}
+		}
+		if len(buf) == 0 {
+			buf = nil
+		}
+		if err != nil {
+			if l == c.home {
+				c.fail(l, err)
+			} else {
+				c.mu.Lock()
+				c.retire(l, err)
+				c.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+// retire closes a leg other than the first that failed, and has its shard
+// channels wait for their owner (see retry): the other legs go on. Each
+// channel's move is told when a node confirms it. c.mu is held.
+func (c *splitConn) retire(l *leg, err error) {
+	i := slices.Index(c.legs, l)
+	if i < 0 {
+		return
+	}
+	select {
+	case <-c.done:
+		return // Close closes it
+	default:
+	}
+	c.legs = slices.Delete(c.legs, i, i+1)
+	l.mu.Lock()
+	chans := slices.Sorted(maps.Keys(l.subs[shardKind]))
+	l.mu.Unlock()
+	// Its channels' moves are told one by one (lose), not as the
+	// connection's.
+	l.closing.Store(true)
+	l.broken.Store(false)
+	_ = l.Close()
+	c.lose(l, chans)
+	for _, ch := range chans {
+		c.wait(ch, err)
+	}
+}
+
+// fail records the first leg failure, and hands Read a nil reply, after
+// the replies l read before it.
+func (c *splitConn) fail(l *leg, err error) {
+	select {
+	case <-c.done:
+		return // closing: the legs' errors are Close's own
+	default:
+	}
+	c.failOnce.Do(func() {
+		c.err, c.failedLeg = err, l
+		close(c.failed)
+	})
+	select {
+	case c.frames <- nil:
+	case <-c.done:
+	}
+}
+
+// inspect looks at a reply l read and reports whether it goes on to
+// go-redis. Three say where a shard channel is served:
+//
+//   - an SSUBSCRIBE confirmation completes a move: the whole subscription's,
+//     after go-redis subscribed again on a new connection, or one channel's
+//     (below);
+//   - an SUNSUBSCRIBE that go-redis did not ask for says the node gave the
+//     channel's slot up (it migrated, or the node became a replica): the
+//     channel is subscribed again at its owner, after a slot map refresh;
+//   - a MOVED says the node does not serve the slot of the channels just
+//     subscribed there (the slot map was stale): they are subscribed again
+//     at the node it names.
+//
+// The last two are not passed on: go-redis still holds the channels, and the
+// move is told (EventSubscriptionMoved) when the new node confirms them.
+func (c *splitConn) inspect(l *leg, f []byte) (bool, error) {
+	if addr, slot, ok := parseMoved(f); ok {
+		chans := l.takeSlot(slot)
+		if len(chans) == 0 {
+			return true, nil
+		}
+		return false, c.reroute(l, chans, addr)
+	}
+	kind, ch, ok := pubsubReply(f)
+	if !ok {
+		return true, nil
+	}
+	switch kind {
+	case "ssubscribe":
+		if arrived := l.takeArriving(); arrived != nil {
+			c.s.arrived(arrived, l.addr)
+		}
+		c.mu.Lock()
+		p, moved := c.lost[ch]
+		delete(c.lost, ch)
+		c.mu.Unlock()
+		if moved {
+			c.s.arrived(&p, l.addr)
+		}
+	case "sunsubscribe":
+		l.mu.Lock()
+		asked := l.sunsubscribe > 0
+		if asked {
+			l.sunsubscribe--
+		} else {
+			delete(l.subs[shardKind], ch)
+		}
+		l.mu.Unlock()
+		if !asked && ch != "" {
+			if c.s.topo != nil {
+				c.s.topo.force()
+			}
+			return false, c.reroute(l, []string{ch}, "")
+		}
+	}
+	return true, nil
+}
+
+// reroute subscribes chans, which from no longer serves, at addr, or at
+// their owner in the last slot map if addr is "". A channel whose node
+// cannot be reached waits (see retry).
+func (c *splitConn) reroute(from *leg, chans []string, addr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lose(from, chans)
+	byLeg := map[*leg][]string{}
+	var order []*leg
+	for _, ch := range chans {
+		to := addr
+		if to == "" {
+			to = c.s.ownerOf(channelSlot(ch))
+		}
+		l, err := c.legFor(to)
+		if err != nil {
+			if !errors.Is(err, ErrNodeUnavailable) && !isNetworkError(err) {
+				return err
+			}
+			c.wait(ch, err)
+			continue
+		}
+		if _, ok := byLeg[l]; !ok {
+			order = append(order, l)
+		}
+		byLeg[l] = append(byLeg[l], ch)
+	}
+	for _, l := range order {
+		if err := c.subscribe(l, byLeg[l]); err != nil {
+			return err
+		}
+	}
+	c.s.k.log.Debug("redisguard: shard channels subscribed again at their slot's owner",
+		"from", from.addr, "channels", len(chans))
+	return nil
+}
+
+// lose records that from no longer serves chans: each one's move is told
+// when a node confirms it (inspect). c.mu is held.
+func (c *splitConn) lose(from *leg, chans []string) {
+	if c.lost == nil {
+		c.lost = make(map[string]pendingMove)
+	}
+	for _, ch := range chans {
+		if _, ok := c.lost[ch]; !ok {
+			c.lost[ch] = pendingMove{names: shardKind + " " + ch, from: from.addr,
+				lastRead: time.Unix(0, from.lastRead.Load())}
+		}
+	}
+}
+
+// takeSlot removes the shard channels of slot from l's set and returns
+// them.
+func (l *leg) takeSlot(slot int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for ch := range l.subs[shardKind] {
+		if channelSlot(ch) == slot {
+			out = append(out, ch)
+			delete(l.subs[shardKind], ch)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// parseMoved reads a "-MOVED <slot> <addr>" error reply.
+func parseMoved(f []byte) (addr string, slot int, ok bool) {
+	rest, found := bytes.CutPrefix(f, []byte("-MOVED "))
+	if !found {
+		return "", 0, false
+	}
+	fields := strings.Fields(string(rest))
+	if len(fields) != 2 {
+		return "", 0, false
+	}
+	slot, ok = respInt([]byte(fields[0]))
+	return fields[1], slot, ok && slot >= 0
+}
+
+// pubsubReply reads an SSUBSCRIBE or SUNSUBSCRIBE confirmation: an array
+// (RESP2) or push (RESP3) whose first element is the kind, and second the
+// shard channel ("" for an SUNSUBSCRIBE with nothing left).
+func pubsubReply(f []byte) (kind, channel string, ok bool) {
+	if len(f) == 0 || (f[0] != '*' && f[0] != '>') {
+		return "", "", false
+	}
+	n, rest, ok := parseHeader(f, f[0])
+	if !ok || n < 2 {
+		return "", "", false
+	}
+	kl, rest, ok := parseHeader(rest, '$')
+	if !ok || len(rest) < kl+2 {
+		return "", "", false
+	}
+	switch name := rest[:kl]; {
+	case bytes.EqualFold(name, []byte("ssubscribe")):
+		kind = "ssubscribe"
+	case bytes.EqualFold(name, []byte("sunsubscribe")):
+		kind = "sunsubscribe"
+	default:
+		return "", "", false
+	}
+	rest = rest[kl+2:]
+	if bytes.HasPrefix(rest, []byte("$-1\r\n")) || bytes.HasPrefix(rest, []byte("_\r\n")) {
+		return kind, "", true
+	}
+	cl, rest, ok := parseHeader(rest, '$')
+	if !ok || len(rest) < cl+2 {
+		return "", "", false
+	}
+	return kind, string(rest[:cl]), true
+}
+
+// drop reports whether f, read on l, is a reply go-redis did not ask for.
+// A handshake reply is dropped even if it is an error, as go-redis ignores
+// some (CLIENT SETINFO on an older server); a refused AUTH shows in the
+// replies to the subscribe commands that follow it.
+func (l *leg) drop(f []byte) bool {
+	if l.skip.Load() > 0 {
+		l.skip.Add(-1)
+		return true
+	}
+	if l.pongs.Load() > 0 && (bytes.HasPrefix(f, pongResp2) || bytes.Equal(f, pongResp3)) {
+		l.pongs.Add(-1)
+		return true
+	}
+	return false
+}
+
+var (
+	pongResp2 = []byte("*2\r\n$4\r\npong\r\n")
+	pongResp3 = []byte("+PONG\r\n")
+)
+
+func (c *splitConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.subscribed && !bytes.Contains(p, subscribeMark) {
+		c.handshake = append(c.handshake, p...)
+		return c.home.Write(p)
+	}
+	c.subscribed = true
+	type out struct {
+		l *leg
+		b []byte
+	}
+	var outs []out
+	to := func(l *leg, cmd []byte) {
+		if i := slices.IndexFunc(outs, func(o out) bool { return o.l == l }); i >= 0 {
+			outs[i].b = append(outs[i].b, cmd...)
+			return
+		}
+		outs = append(outs, out{l, append([]byte(nil), cmd...)})
+	}
+	for rest := p; len(rest) > 0; {
+		args, next, ok := parseCommand(rest)
+		if !ok {
+			to(c.home, rest)
+			break
+		}
+		cmd := rest[:len(rest)-len(next)]
+		rest = next
+		kind, add := "", false
+		if len(args) > 0 {
+			kind, add = subscribeKind(strings.ToLower(args[0]))
+		}
+		switch {
+		case kind == shardKind && len(args) > 1:
+			groups, err := c.route(args[1:], add)
+			if err != nil {
+				return 0, err
+			}
+			for _, g := range groups {
+				to(g.l, appendCommand(nil, args[0], g.channels))
+			}
+		case kind == shardKind || bytes.Equal(cmd, pingCmd):
+			for _, l := range c.legs {
+				if l != c.home && kind == "" {
+					l.pongs.Add(1)
+				}
+				to(l, cmd)
+			}
+		default:
+			to(c.home, cmd)
+		}
+	}
+	for _, o := range outs {
+		if _, err := o.l.Write(o.b); err != nil {
+			if o.l == c.home {
+				return 0, err
+			}
+			c.retire(o.l, err)
+		}
+	}
+	return len(p), nil
+}
+
+type legChannels struct {
+	l        *leg
+	channels []string
+}
+
+// route groups channels by the leg they go to, dialing the legs not yet
+// there. A channel already subscribed on a leg stays on it; a new one goes
+// to its slot's owner in the last slot map, or the first leg without one.
+// A new channel whose owner cannot be reached waits (see retry): the
+// others are served meanwhile. c.mu is held.
+func (c *splitConn) route(channels []string, add bool) ([]legChannels, error) {
+	var groups []legChannels
+	for _, ch := range channels {
+		if !add {
+			delete(c.waiting, ch)
+		}
+		l := c.subscribedOn(ch)
+		if l == nil && add {
+			var err error
+			if l, err = c.legFor(c.s.ownerOf(channelSlot(ch))); err != nil {
+				if !errors.Is(err, ErrNodeUnavailable) && !isNetworkError(err) {
+					return nil, err
+				}
+				c.wait(ch, err)
+				continue
+			}
+		}
+		if l == nil {
+			l = c.home
+		}
+		if i := slices.IndexFunc(groups, func(g legChannels) bool { return g.l == l }); i >= 0 {
+			groups[i].channels = append(groups[i].channels, ch)
+		} else {
+			groups = append(groups, legChannels{l, []string{ch}})
+		}
+	}
+	return groups, nil
+}
+
+// wait keeps ch, whose owner could not be reached, for retry, and starts
+// it. c.mu is held.
+func (c *splitConn) wait(ch string, err error) {
+	if c.waiting == nil {
+		c.waiting = make(map[string]struct{})
+	}
+	c.waiting[ch] = struct{}{}
+	c.s.k.log.Debug("redisguard: a shard channel waits for its slot's owner", "channel", ch, "error", err)
+	if !c.retrying {
+		c.retrying = true
+		c.wg.Add(1)
+		go c.retry()
+	}
+}
+
+// retryEvery is how often channels waiting for an owner are tried again.
+const retryEvery = 100 * time.Millisecond
+
+// retry subscribes the waiting channels at their owners, asking for a slot
+// map refresh before each try, until none waits or the connection closes.
+// Like a socket's deadlines, its pace is the wall clock's.
+func (c *splitConn) retry() {
+	defer c.wg.Done()
+	tick := time.NewTicker(retryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+		}
+		if c.s.topo != nil {
+			c.s.topo.trigger()
+		}
+		if err := c.retryOnce(); err != nil {
+			c.fail(nil, err)
+			return
+		}
+		c.mu.Lock()
+		if len(c.waiting) == 0 {
+			c.retrying = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *splitConn) retryOnce() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chans := slices.Sorted(maps.Keys(c.waiting))
+	clear(c.waiting)
+	groups, err := c.route(chans, true)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if err := c.subscribe(g.l, g.channels); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// subscribedOn returns the leg subscribed to shard channel ch, if any.
+func (c *splitConn) subscribedOn(ch string) *leg {
+	for _, l := range c.legs {
+		l.mu.Lock()
+		_, ok := l.subs[shardKind][ch]
+		l.mu.Unlock()
+		if ok {
+			return l
+		}
+	}
+	return nil
+}
+
+// legFor returns the leg to addr, dialing it if there is none; "" is the
+// first leg. A new leg is sent the handshake first, and its replies
+// dropped. c.mu is held.
+func (c *splitConn) legFor(addr string) (*leg, error) {
+	if addr == "" {
+		return c.home, nil
+	}
+	for _, l := range c.legs {
+		if l.addr == addr {
+			return l, nil
+		}
+	}
+	select {
+	case <-c.done:
+		return nil, net.ErrClosed
+	case <-c.failed:
+		return nil, c.err
+	default:
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), c.ownDeadline(c.s.k.cfg.DialTimeout))
+	defer cancel()
+	conn, err := c.dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &leg{subscriptionConn: conn}
+	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
+	l.skip.Store(int32(countCommands(c.handshake)))
+	if len(c.handshake) > 0 {
+		if _, err := l.Write(c.handshake); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+	}
+	c.legs = append(c.legs, l)
+	c.wg.Add(1)
+	go c.read(l)
+	return l, nil
+}
+
+// ownDeadline is the deadline for a write or dial: go-redis's while it is
+// writing (Write), or d from now for what splitConn sends on its own
+// (reroute, retry). c.mu is held.
+func (c *splitConn) ownDeadline(d time.Duration) time.Time {
+	if now := time.Now(); c.writeBy.After(now) {
+		return c.writeBy
+	} else {
+		return now.Add(d)
+	}
+}
+
+// subscribe sends SSUBSCRIBE for chans on l, on splitConn's own account.
+// A leg other than the first that fails is retired. c.mu is held.
+func (c *splitConn) subscribe(l *leg, chans []string) error {
+	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
+	if _, err := l.Write(appendCommand(nil, "ssubscribe", chans)); err != nil {
+		if l == c.home {
+			return err
+		}
+		c.retire(l, err)
+	}
+	return nil
+}
+
+// countCommands counts the RESP commands in p.
+func countCommands(p []byte) int {
+	n := 0
+	for len(p) > 0 {
+		_, rest, ok := parseCommand(p)
+		if !ok {
+			break
+		}
+		n, p = n+1, rest
+	}
+	return n
+}
+
+// ownerOf returns the master of slot in the last slot map; "" if there is
+// none.
+func (s *subscriptions) ownerOf(slot int) string {
+	if s.topo == nil {
+		return ""
+	}
+	for _, cs := range s.topo.lastSlots() {
+		if cs.Start <= slot && slot <= cs.End && len(cs.Nodes) > 0 {
+			return cs.Nodes[0].Addr
+		}
+	}
+	return ""
+}
+
+// Close closes every leg; the first leg gives the permit back. After a
+// leg failed, the others count as broken too: go-redis subscribes again to
+// their channels on new connections, and that move is told.
+func (c *splitConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.mu.Lock()
+		legs := slices.Clone(c.legs)
+		c.mu.Unlock()
+		broke := false
+		select {
+		case <-c.failed:
+			broke = true
+		default:
+		}
+		for _, l := range legs {
+			if broke && l != c.failedLeg {
+				l.broken.Store(true)
+			}
+			if cerr := l.Close(); l == c.home {
+				err = cerr
+			}
+		}
+		c.wg.Wait()
+	})
+	return err
+}
+
+func (c *splitConn) LocalAddr() net.Addr  { return c.home.LocalAddr() }
+func (c *splitConn) RemoteAddr() net.Addr { return c.home.RemoteAddr() }
+
+func (c *splitConn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds Read; the legs themselves are read without one.
+func (c *splitConn) SetReadDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.readBy.Store(0)
+	} else {
+		c.readBy.Store(t.UnixNano())
+	}
+	return nil
+}
+
+func (c *splitConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writeBy = t
+	var err error
+	for _, l := range c.legs {
+		err = errors.Join(err, l.SetWriteDeadline(t))
+	}
+	return err
+}
+
+// respReplyLen returns the length of the first whole RESP2 or RESP3 reply
+// in b, or 0 if b holds only the start of one.
+func respReplyLen(b []byte) (int, error) {
+	pos, want := 0, 1
+	for want > 0 {
+		end := bytes.Index(b[pos:], crlf)
+		if end < 0 {
+			return 0, nil
+		}
+		typ, line := b[pos], b[pos+1:pos+end]
+		pos += end + 2
+		want--
+		switch typ {
+		case '+', '-', ':', ',', '#', '_', '(':
+		case '$', '!', '=': // blob string, blob error, verbatim string
+			n, ok := respInt(line)
+			if !ok {
+				return 0, errBadReply(typ, line)
+			}
+			if n < 0 {
+				continue // null
+			}
+			if len(b)-pos < n+2 {
+				return 0, nil
+			}
+			pos += n + 2
+		case '*', '~', '>', '%', '|': // array, set, push, map, attribute
+			n, ok := respInt(line)
+			if !ok {
+				return 0, errBadReply(typ, line)
+			}
+			switch {
+			case n < 0:
+			case typ == '%':
+				want += 2 * n
+			case typ == '|':
+				want += 2*n + 1 // the reply the attributes are about follows
+			default:
+				want += n
+			}
+		default:
+			return 0, errBadReply(typ, line)
+		}
+	}
+	return pos, nil
+}
+
+var crlf = []byte("\r\n")
+
+func errBadReply(typ byte, line []byte) error {
+	if len(line) > 32 {
+		line = line[:32]
+	}
+	return fmt.Errorf("redisguard: unexpected reply from Redis on a shard subscription: %q", append([]byte{typ}, line...))
+}
+
+// respInt parses a RESP length, which may be -1.
+func respInt(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, d := range b {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		n = n*10 + int(d-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}

@@ -1,0 +1,386 @@
+package redisguard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+func TestRespReplyLen(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		whole    bool // in is one whole reply; otherwise the start of one
+	}{
+		{"simple", "+OK\r\n", true},
+		{"error", "-ERR no\r\n", true},
+		{"integer", ":12\r\n", true},
+		{"bulk", "$5\r\nhello\r\n", true},
+		{"bulk holding CRLF", "$4\r\na\r\nb\r\n", true},
+		{"null bulk", "$-1\r\n", true},
+		{"null array", "*-1\r\n", true},
+		{"message", "*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
+		{"nested", "*2\r\n*1\r\n:1\r\n$0\r\n\r\n", true},
+		{"push", ">3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
+		{"map", "%1\r\n+a\r\n:1\r\n", true},
+		{"attribute then reply", "|1\r\n+a\r\n:1\r\n+OK\r\n", true},
+		{"resp3 scalars", "*4\r\n_\r\n#t\r\n,1.5\r\n(12\r\n", true},
+		{"verbatim", "=7\r\ntxt:abc\r\n", true},
+		{"cut in a header", "*3\r\n$8\r", false},
+		{"cut in a bulk", "$5\r\nhel", false},
+		{"cut before CRLF", "$5\r\nhello", false},
+		{"cut in an array", "*2\r\n:1\r\n", false},
+		{"empty", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := respReplyLen([]byte(tt.in))
+			require.NoError(t, err)
+			if !tt.whole {
+				assert.Zero(t, n)
+				return
+			}
+			assert.Equal(t, len(tt.in), n)
+			n, err = respReplyLen([]byte(tt.in + "+next\r\n"))
+			require.NoError(t, err)
+			assert.Equal(t, len(tt.in), n, "a reply followed by another")
+		})
+	}
+	for _, bad := range []string{"?1\r\n", "$x\r\n", "*\r\n", "$99999999999999999999\r\n"} {
+		_, err := respReplyLen([]byte(bad))
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+// receiveEach publishes on every channel until ps has received a message
+// on each.
+func receiveEach(t *testing.T, ctx context.Context, c *Client, ps *redis.PubSub, channels ...string) {
+	t.Helper()
+	got := map[string]bool{}
+	for len(got) < len(channels) {
+		require.NoError(t, ctx.Err(), "received on %v of %v", got, channels)
+		for _, ch := range channels {
+			_ = c.SPublish(ctx, ch, "x").Err()
+		}
+		msg, err := ps.ReceiveTimeout(ctx, 200*time.Millisecond)
+		if m, ok := msg.(*redis.Message); ok && err == nil {
+			got[m.Channel] = true
+		}
+	}
+}
+
+// Shard channels on three masters, in one PubSub: each master holds a
+// connection for its own channels, and the PubSub receives from all of them
+// with one long permit. go-redis alone refuses them with CROSSSLOT. A
+// dropped connection is re-established, and each channel's move told once.
+func TestSSubscribeSplitsAcrossNodes(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	ctx := testCtx(t, 30*time.Second)
+	var channels []string
+	for i, m := range cl.Masters {
+		channels = append(channels, cl.KeyOn(t, m, "split:"+string(rune('a'+i))))
+	}
+	var events eventLog
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: events.onEvent})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = stock.Close() })
+	stockSub := stock.SSubscribe(ctx, channels...)
+	_, stockErr := stockSub.Receive(ctx)
+	t.Logf("go-redis alone: %v", stockErr)
+	require.NoError(t, stockSub.Close())
+
+	// The first channel's node holds the connection go-redis dialed; the
+	// others are added to it.
+	ps := c.SSubscribe(ctx, channels[0])
+	require.NoError(t, ps.SSubscribe(ctx, channels[1:]...))
+	receiveEach(t, ctx, c, ps, channels...)
+	for _, m := range cl.Masters {
+		clients, err := m.Admin().ClientList(ctx).Result()
+		require.NoError(t, err)
+		assert.Equal(t, 1, strings.Count(clients, "cmd=ssubscribe"), "%s: one connection for its channels", m.Addr)
+	}
+	assert.Equal(t, 1, c.Stats().LongInUse, "one permit for the subscription")
+
+	movedOf := func(ch string) []Event {
+		return events.find(EventSubscriptionMoved, func(e Event) bool { return e.Channels == "shard channel "+ch })
+	}
+	// One of the added connections drops: its channel is subscribed again
+	// on a new one, the others are left alone.
+	require.NoError(t, cl.Masters[1].Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+	for len(movedOf(channels[1])) == 0 {
+		receiveEach(t, ctx, c, ps, channels...)
+	}
+	if moved := movedOf(channels[1]); assert.Len(t, moved, 1) {
+		assert.Equal(t, cl.Masters[1].Addr, moved[0].Addr)
+		assert.Equal(t, cl.Masters[1].Addr, moved[0].To)
+	}
+	assert.Empty(t, movedOf(channels[0]))
+	assert.Empty(t, movedOf(channels[2]))
+
+	// The first connection drops: go-redis subscribes again to everything,
+	// and each node's move is told once. What was read before comes first.
+	require.NoError(t, cl.Masters[0].Admin().ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
+	for len(events.find(EventSubscriptionMoved, func(Event) bool { return true })) < 1+len(channels) {
+		receiveEach(t, ctx, c, ps, channels...)
+	}
+	receiveEach(t, ctx, c, ps, channels...)
+	for i, ch := range channels {
+		want := 1
+		if i == 1 {
+			want = 2
+		}
+		if moved := movedOf(ch); assert.Len(t, moved, want, ch) {
+			assert.Equal(t, cl.Masters[i].Addr, moved[want-1].Addr)
+			assert.Equal(t, cl.Masters[i].Addr, moved[want-1].To)
+		}
+	}
+	assert.Equal(t, 1, c.Stats().LongInUse)
+
+	// A channel added later goes to its own owner's connection, and one
+	// removed leaves the others.
+	extra := cl.KeyOn(t, cl.Masters[2], "split:extra")
+	require.NoError(t, ps.SSubscribe(ctx, extra))
+	require.NoError(t, ps.SUnsubscribe(ctx, channels[0]))
+	receiveEach(t, ctx, c, ps, extra, channels[1], channels[2])
+
+	require.NoError(t, ps.Close())
+	assert.Zero(t, c.Stats().LongInUse)
+	noPubSubClients(t, cl.Nodes()...)
+}
+
+// Two shard channels of one master, in different slots; one slot migrates
+// to another master. The subscription is split between the two and keeps
+// receiving both.
+func TestSSubscribeSplitsAfterSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	from, to := cl.Masters[0], cl.Masters[1]
+	moving := cl.KeyOn(t, from, "split:moving")
+	staying := cl.KeyOn(t, from, "split:staying")
+	require.NotEqual(t, redistest.Slot(moving), redistest.Slot(staying))
+	ctx := testCtx(t, 30*time.Second)
+	var events eventLog
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: events.onEvent})
+	ps := c.SSubscribe(ctx, moving, staying)
+	sub := receiveAll("redisguard", ps)
+	pubs := map[string]*publishLog{}
+	var stops []func()
+	for _, ch := range []string{moving, staying} {
+		pub, stop := publishEvery(ch, func(ctx context.Context, ch, p string) error { return c.SPublish(ctx, ch, p).Err() })
+		pubs[ch] = pub
+		stops = append(stops, stop)
+	}
+	waitReceiving(t, sub)
+
+	migrateSlot(t, cl, redistest.Slot(moving), from, to)
+	migrated := time.Now()
+	time.Sleep(3 * time.Second)
+	for _, stop := range stops {
+		stop()
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, m := range []*redistest.Server{from, to} {
+		clients, err := m.Admin().ClientList(ctx).Result()
+		require.NoError(t, err)
+		assert.Contains(t, clients, "cmd=ssubscribe", "%s holds none of the subscription", m.Addr)
+	}
+	require.NoError(t, ps.Close())
+	<-sub.done
+	for ch, pub := range pubs {
+		got, total := pub.received(sub, migrated.Add(time.Second))
+		t.Logf("%s, from 1s after the migration: %s", ch, ratio(got, total))
+		require.Positive(t, total)
+		assert.Equal(t, total, got, ch)
+	}
+	moved := events.find(EventSubscriptionMoved, func(Event) bool { return true })
+	if assert.Len(t, moved, 1, "only the channel whose slot moved moves, once") {
+		assert.Equal(t, "shard channel "+moving, moved[0].Channels)
+		assert.Equal(t, from.Addr, moved[0].Addr)
+		assert.Equal(t, to.Addr, moved[0].To)
+	}
+	assert.Zero(t, c.Stats().LongInUse)
+}
+
+// migrateSlot moves slot, holding no keys, from one master to another.
+func migrateSlot(t *testing.T, cl *redistest.Cluster, slot int, from, to *redistest.Server) {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	fromID, toID := cl.NodeID(t, from), cl.NodeID(t, to)
+	require.NoError(t, to.Admin().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err())
+	require.NoError(t, from.Admin().Do(ctx, "cluster", "setslot", slot, "migrating", toID).Err())
+	for _, m := range cl.Masters {
+		require.NoError(t, m.Admin().Do(ctx, "cluster", "setslot", slot, "node", toID).Err())
+	}
+}
+
+// pipeNode is the server's end of a connection splitConn dialed, in a unit
+// test: what it is sent arrives on got.
+type pipeNode struct {
+	net.Conn
+	got chan string
+}
+
+func newPipeNode(t *testing.T) (client net.Conn, server *pipeNode) {
+	client, end := net.Pipe()
+	server = &pipeNode{Conn: end, got: make(chan string, 16)}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := end.Read(buf)
+			if err != nil {
+				close(server.got)
+				return
+			}
+			server.got <- string(buf[:n])
+		}
+	}()
+	t.Cleanup(func() { _ = end.Close(); _ = client.Close() })
+	return client, server
+}
+
+func (n *pipeNode) expect(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case got := <-n.got:
+		require.Equal(t, want, got)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%q never arrived", want)
+	}
+}
+
+func (n *pipeNode) send(t *testing.T, resp string) {
+	t.Helper()
+	_, err := n.Write([]byte(resp))
+	require.NoError(t, err)
+}
+
+// pipeNodes are the nodes a splitConn dialed, by address.
+type pipeNodes struct {
+	mu    sync.Mutex
+	nodes map[string]*pipeNode
+}
+
+// get waits for addr to be dialed.
+func (p *pipeNodes) get(t *testing.T, addr string) *pipeNode {
+	t.Helper()
+	var n *pipeNode
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n = p.nodes[addr]
+		return n != nil
+	}, 5*time.Second, time.Millisecond, "%s was not dialed", addr)
+	return n
+}
+
+// split returns a splitConn whose first leg is to a:1 and holds a permit,
+// and the nodes it dials.
+func (f subscriptionsFixture) split(t *testing.T) (*splitConn, *pipeNodes) {
+	t.Helper()
+	nodes := &pipeNodes{nodes: map[string]*pipeNode{}}
+	dial := func(_ context.Context, addr string) (*subscriptionConn, error) {
+		client, server := newPipeNode(t)
+		nodes.mu.Lock()
+		nodes.nodes[addr] = server
+		nodes.mu.Unlock()
+		return f.s.track(client, addr, routeSlotOwner, false), nil
+	}
+	require.NoError(t, f.s.a.acquire(context.Background()))
+	client, server := newPipeNode(t)
+	nodes.nodes["a:1"] = server
+	c := newSplitConn(f.s, f.s.track(client, "a:1", routeSlotOwner, true), dial)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, nodes
+}
+
+func readReply(t *testing.T, c net.Conn, want string) {
+	t.Helper()
+	buf := make([]byte, len(want))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err := io.ReadFull(c, buf)
+	require.NoError(t, err)
+	require.Equal(t, want, string(buf))
+}
+
+func TestSplitConnFollowsItsChannels(t *testing.T) {
+	movedS := fmt.Sprintf("-MOVED %d b:1\r\n", channelSlot("s"))
+	t.Run("a SUNSUBSCRIBE it asked for", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		write(t, c, ssubscribeS)
+		nodes.get(t, "a:1").expect(t, ssubscribeS)
+		nodes.get(t, "a:1").send(t, ssubscribedS)
+		readReply(t, c, ssubscribedS)
+		write(t, c, sunsubscribeS)
+		nodes.get(t, "a:1").expect(t, sunsubscribeS)
+		nodes.get(t, "a:1").send(t, sunsubscribedS)
+		readReply(t, c, sunsubscribedS)
+		assert.Empty(t, f.moves())
+	})
+
+	t.Run("a SUNSUBSCRIBE it did not ask for, then a MOVED", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		write(t, c, ssubscribeS)
+		a := nodes.get(t, "a:1")
+		a.expect(t, ssubscribeS)
+		a.send(t, ssubscribedS)
+		readReply(t, c, ssubscribedS)
+
+		a.send(t, sunsubscribedS) // the slot moved away
+		// With no slot map, the owner is taken to be the first node; it
+		// answers with where the slot is now.
+		a.expect(t, ssubscribeS)
+		a.send(t, movedS)
+		b := nodes.get(t, "b:1")
+		b.expect(t, ssubscribeS)
+		assert.Empty(t, f.moves(), "the move is not complete before the new node confirms it")
+		b.send(t, ssubscribedS)
+		readReply(t, c, ssubscribedS) // neither the SUNSUBSCRIBE nor the MOVED reached go-redis
+		require.Len(t, f.moves(), 1)
+		assert.Equal(t, "a:1", f.moves()[0].Addr)
+		assert.Equal(t, "b:1", f.moves()[0].To)
+		assert.Equal(t, "shard channel s", f.moves()[0].Channels)
+
+		// The health check's PING reaches both nodes; go-redis reads one
+		// PONG.
+		write(t, c, string(pingCmd))
+		a.expect(t, string(pingCmd))
+		b.expect(t, string(pingCmd))
+		b.send(t, "+PONG\r\n")
+		a.send(t, "+PONG\r\n")
+		readReply(t, c, "+PONG\r\n")
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		require.ErrorAs(t, err, &ne, "the second PONG was not dropped")
+		assert.True(t, ne.Timeout())
+
+		assert.Equal(t, 1, len(f.s.a.permits), "two connections, one permit")
+		require.NoError(t, c.Close())
+		assert.Zero(t, len(f.s.a.permits))
+		_, err = c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, net.ErrClosed)
+	})
+
+	t.Run("the first connection fails: go-redis sees it after what it read", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		write(t, c, ssubscribeS)
+		nodes.get(t, "a:1").expect(t, ssubscribeS)
+		nodes.get(t, "a:1").send(t, ssubscribedS)
+		require.NoError(t, nodes.get(t, "a:1").Close())
+		readReply(t, c, ssubscribedS)
+		_, err := c.Read(make([]byte, 1))
+		require.Error(t, err)
+		assert.ErrorIs(t, err, io.EOF)
+	})
+}
