@@ -169,9 +169,20 @@ func (w *chaosWorld) noteMessage(slots map[int64]bool, at time.Time) {
 
 // silentSubscriber lists the faults on the cluster after which the
 // subscriber received nothing within subscriberResume although messages
-// were published in that time. A fault followed by another within
-// subscriberResume is left out: the next one may hold the subscriber up.
+// were published in that time: on the classic channel after any fault, on
+// a shard channel after a fault on its shard. A fault followed by another
+// within subscriberResume is left out: the next one may hold the
+// subscriber up.
 func (w *chaosWorld) silentSubscriber() []string {
+	out := w.silentAfter("classic channel", w.pubAt, w.recvAt, func(int) bool { return true })
+	for i, ch := range w.shardChannels {
+		out = append(out, w.silentAfter("shard channel "+ch, w.shardPubAt[i], w.shardRecvAt[i],
+			func(shard int) bool { return shard == i })...)
+	}
+	return out
+}
+
+func (w *chaosWorld) silentAfter(what string, pubAt, recvAt map[int64]bool, on func(shard int) bool) []string {
 	w.faults.mu.Lock()
 	wins := slices.Clone(w.faults.wins)
 	w.faults.mu.Unlock()
@@ -187,17 +198,17 @@ func (w *chaosWorld) silentSubscriber() []string {
 	}
 	var out []string
 	for i, f := range wins {
-		if f.shard == sideShard || f.end.IsZero() {
+		if f.shard == sideShard || f.end.IsZero() || !on(f.shard) {
 			continue
 		}
 		until := f.end.Add(subscriberResume)
 		followed := slices.ContainsFunc(wins, func(o faultWindow) bool {
 			return o != wins[i] && o.shard != sideShard && o.start.Before(until) && (o.end.IsZero() || o.end.After(f.end))
 		})
-		if followed || !noted(w.pubAt, f.end, until.Add(-subscriberSlot)) || noted(w.recvAt, f.end, until) {
+		if followed || !noted(pubAt, f.end, until.Add(-subscriberSlot)) || noted(recvAt, f.end, until) {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s on shard %d, healed %s", f.kind, f.shard, f.end.Format("15:04:05.000")))
+		out = append(out, fmt.Sprintf("%s: %s on shard %d, healed %s", what, f.kind, f.shard, f.end.Format("15:04:05.000")))
 	}
 	return out
 }
@@ -233,6 +244,7 @@ type chaosReport struct {
 	dups                           []string
 	lost                           []string
 	received, published            int64
+	shardReceived, shardPublished  int64
 	healthyTrue, healthyFalse      int64
 	healthyWorst                   time.Duration
 	warmHeap, endHeap              uint64
@@ -250,6 +262,7 @@ func (w *chaosWorld) report() chaosReport {
 		netHealthy: w.netHealthy, netFaulted: w.netFaulted,
 		overruns: w.overruns, worstOverrun: w.worstOverrun, overrunsCrashed: w.overrunsCrashed, overrunsPaused: w.overrunsPaused,
 		received: w.received.Load(), published: w.published.Load(),
+		shardReceived: w.shardReceived.Load(), shardPublished: w.shardPublished.Load(),
 		healthyTrue: w.healthyTrue.Load(), healthyFalse: w.healthyFalse.Load(),
 		healthyWorst: time.Duration(w.healthyWorst.Load()),
 		samples:      strings.Join(w.samples, "\n    "),
@@ -335,8 +348,8 @@ func (r chaosReport) String() string {
 		passFail(r.endHeap <= chaosHeap*r.warmHeap), float64(r.warmHeap)/(1<<20), float64(r.endHeap)/(1<<20), float64(r.endHeap)/float64(r.warmHeap), chaosHeap)
 	fmt.Fprintf(&b, "  [%s] no redis-server crashed by itself: %d did (CLIENT UNBLOCK ... TIMEOUT on a postponed BLPOP once did; see TestBlockingCancelDuringWritePauseKeepsServerUp)\n",
 		passFail(r.crashes == 0), r.crashes)
-	fmt.Fprintf(&b, "  subscriber: %d published, %d received; Healthy: %d true, %d false, slowest %v\n",
-		r.published, r.received, r.healthyTrue, r.healthyFalse, r.healthyWorst.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  subscriber: %d published, %d received; shard channels (one SSubscribe over every shard): %d published, %d received; Healthy: %d true, %d false, slowest %v\n",
+		r.published, r.received, r.shardPublished, r.shardReceived, r.healthyTrue, r.healthyFalse, r.healthyWorst.Round(time.Millisecond))
 	if r.samples != "" {
 		b.WriteString("  violations (first 20):\n    " + r.samples + "\n")
 	}

@@ -213,6 +213,7 @@ func TestChaos(t *testing.T) {
 		assert.NotZero(t, r.okBy[k], "no %s op succeeded", k)
 	}
 	assert.NotZero(t, r.received, "the subscriber received nothing")
+	assert.NotZero(t, r.shardReceived, "the shard channels' subscriber received nothing")
 	assert.Empty(t, w.silentSubscriber(), "the subscriber received nothing within %v after these faults healed", subscriberResume)
 	assert.NotZero(t, r.healthyTrue, "Healthy never said yes")
 }

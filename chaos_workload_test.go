@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,11 +59,16 @@ type chaosWorld struct {
 	panics, received, published atomic.Int64
 	// pubAt and recvAt are the subscriberSlots in which a message on
 	// chaosChannel was published and received.
-	subMu                     sync.Mutex
-	pubAt, recvAt             map[int64]bool // guarded by subMu
-	healthyTrue, healthyFalse atomic.Int64
-	healthyWorst              atomic.Int64 // ns
-	subErrs                   atomic.Int64
+	subMu         sync.Mutex
+	pubAt, recvAt map[int64]bool // guarded by subMu
+	// shardChannels has a shard channel on each shard, by shard index;
+	// shardPubAt and shardRecvAt are its subscriberSlots, as above.
+	shardChannels                 []string
+	shardPubAt, shardRecvAt       []map[int64]bool // guarded by subMu
+	shardReceived, shardPublished atomic.Int64
+	healthyTrue, healthyFalse     atomic.Int64
+	healthyWorst                  atomic.Int64 // ns
+	subErrs                       atomic.Int64
 }
 
 func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
@@ -71,12 +77,23 @@ func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *
 		nodeOf[cl.Masters[i].Addr] = i
 		nodeOf[cl.Replicas[i].Addr] = i
 	}
-	return &chaosWorld{
+	w := &chaosWorld{
 		c: c, acl: acl, side: side, shardOf: shardOf, nodeOf: nodeOf,
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 		pubAt: map[int64]bool{}, recvAt: map[int64]bool{},
 	}
+	for i := range cl.Masters {
+		for n := 0; ; n++ {
+			if ch := "chaos:schannel:" + strconv.Itoa(n); w.shard(ch) == i {
+				w.shardChannels = append(w.shardChannels, ch)
+				break
+			}
+		}
+		w.shardPubAt = append(w.shardPubAt, map[int64]bool{})
+		w.shardRecvAt = append(w.shardRecvAt, map[int64]bool{})
+	}
+	return w
 }
 
 func (w *chaosWorld) shard(key string) int { return w.shardOf[redistest.Slot(key)] }
@@ -127,6 +144,8 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 		id++
 	}
 	spawn(id, w.subscriber)
+	id++
+	spawn(id, w.shardSubscriber)
 	id++
 	spawn(id, w.healthChecker)
 }
@@ -213,13 +232,21 @@ func (w *chaosWorld) kvWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 				w.ack(txKey+":n", incr.Val())
 			}
 			w.record("tx", w.shard(txKey), t0, dl, err)
-		default:
+		case p < 98:
 			err := c.Publish(ctx, chaosChannel, id).Err()
 			if err == nil {
 				w.published.Add(1)
 				w.noteMessage(w.pubAt, t0)
 			}
 			w.record("publish", w.shard(chaosChannel), t0, dl, err)
+		default:
+			i := rng.IntN(len(w.shardChannels))
+			err := c.SPublish(ctx, w.shardChannels[i], id).Err()
+			if err == nil {
+				w.shardPublished.Add(1)
+				w.noteMessage(w.shardPubAt[i], t0)
+			}
+			w.record("spublish", i, t0, dl, err)
 		}
 	})
 }
@@ -434,6 +461,33 @@ func (w *chaosWorld) subscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
 			w.subErrs.Add(1)
 		}
 		w.record("subscribe", anyClusterShard, t0, dl, err)
+	})
+}
+
+// shardSubscriber receives on every shard channel, one per shard, on one
+// PubSub of the ACL user for the whole run: each channel on its own node's
+// connection, the ACL user's handshake replayed on each.
+func (w *chaosWorld) shardSubscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
+	sub := w.acl.SSubscribe(context.Background(), w.shardChannels...)
+	defer sub.Close()
+	loop(rng, stop, func() {
+		ctx, cancel, t0, dl := opCtx()
+		defer cancel()
+		msg, err := sub.ReceiveTimeout(ctx, 500*time.Millisecond)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && !w.faults.active(anyClusterShard, t0, time.Now()) {
+			err = nil // nothing published for 500ms
+		}
+		if m, ok := msg.(*redis.Message); ok {
+			if i := slices.Index(w.shardChannels, m.Channel); i >= 0 {
+				w.shardReceived.Add(1)
+				w.noteMessage(w.shardRecvAt[i], time.Now())
+			}
+		}
+		if err != nil {
+			w.subErrs.Add(1)
+		}
+		w.record("ssubscribe", anyClusterShard, t0, dl, err)
 	})
 }
 
