@@ -83,6 +83,12 @@ func receiveEach(t *testing.T, ctx context.Context, c *Client, ps *redis.PubSub,
 // with one long permit. go-redis alone refuses them with CROSSSLOT. A
 // dropped connection is re-established, and each channel's move told once.
 func TestSSubscribeSplitsAcrossNodes(t *testing.T) {
+	for _, protocol := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) { testSSubscribeSplits(t, protocol) })
+	}
+}
+
+func testSSubscribeSplits(t *testing.T, protocol int) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	ctx := testCtx(t, 30*time.Second)
 	var channels []string
@@ -90,8 +96,8 @@ func TestSSubscribeSplitsAcrossNodes(t *testing.T) {
 		channels = append(channels, cl.KeyOn(t, m, "split:"+string(rune('a'+i))))
 	}
 	var events eventLog
-	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: events.onEvent})
-	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), OnEvent: events.onEvent, Protocol: protocol})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: protocol})
 	t.Cleanup(func() { _ = stock.Close() })
 	stockSub := stock.SSubscribe(ctx, channels...)
 	_, stockErr := stockSub.Receive(ctx)
@@ -383,4 +389,41 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 		require.Error(t, err)
 		assert.ErrorIs(t, err, io.EOF)
 	})
+}
+
+// Channel's health check pings every node of a split subscription; the
+// nodes answer, and nothing is moved or lost.
+func TestSSubscribeSplitHealthCheck(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	ctx := testCtx(t, 30*time.Second)
+	var channels []string
+	for i, m := range cl.Masters {
+		channels = append(channels, cl.KeyOn(t, m, "split:ping:"+string(rune('a'+i))))
+	}
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs()})
+	ps := c.SSubscribe(ctx, channels...)
+	defer ps.Close()
+	for _, m := range cl.Masters {
+		require.NoError(t, m.Admin().ConfigResetStat(ctx).Err())
+	}
+	msgs := ps.Channel(redis.WithChannelHealthCheckInterval(50 * time.Millisecond))
+	time.Sleep(time.Second) // idle: about 20 health-check PINGs to each node
+	for _, ch := range channels {
+		require.NoError(t, c.SPublish(ctx, ch, "after-idle").Err())
+	}
+	got := map[string]bool{}
+	for len(got) < len(channels) {
+		select {
+		case m := <-msgs:
+			got[m.Channel] = true
+		case <-ctx.Done():
+			t.Fatalf("received on %v of %v", got, channels)
+		}
+	}
+	assert.Zero(t, c.Stats().SubscriptionMoves, "a health check broke a connection")
+	for _, m := range cl.Masters {
+		info, err := m.Admin().Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		assert.Contains(t, info, "cmdstat_ping:", "%s was not pinged", m.Addr)
+	}
 }
