@@ -3,6 +3,7 @@ package redisguard
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -90,6 +91,7 @@ func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRout
 func (s *subscriptions) untrack(c *subscriptionConn) {
 	c.mu.Lock()
 	subs, key, arriving := c.subs.names(), c.subs.key(), c.arriving
+	shards := slices.Sorted(maps.Keys(c.subs[shardKind]))
 	c.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,11 +109,22 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 		// started.
 		arriving.broken = now
 		s.addPending(*arriving)
+	case c.broken.Load() && c.route == routeSlotOwner:
+		// One move per shard channel: after a reconnect the channels may be
+		// regrouped by node (splitConn).
+		lastRead := time.Unix(0, c.lastRead.Load())
+		for _, ch := range shards {
+			s.addPending(pendingMove{key: shardKey(ch), names: shardKind + " " + ch, from: c.addr,
+				lastRead: lastRead, broken: now})
+		}
 	case c.broken.Load() && key != "":
 		s.addPending(pendingMove{key: key, names: subs, from: c.addr,
 			lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
 	}
 }
+
+// shardKey is the pending-move key of one shard channel.
+func shardKey(ch string) string { return shardKind + "\x00" + ch }
 
 // addPending waits for p on a new connection. A subscription already
 // waited for is one move, told once: a redial that subscribed on the node
@@ -230,10 +243,9 @@ type subscriptionConn struct {
 	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
 	pingedAt atomic.Int64 // unix ns of the first PING written since the last read; 0 if none
 
-	mu           sync.Mutex
-	subs         subscriptionSet // guarded by mu
-	arriving     *pendingMove    // guarded by mu; the move this connection completes at its next reply
-	sunsubscribe int             // guarded by mu; SUNSUBSCRIBE replies the PubSub asked for and has not read
+	mu       sync.Mutex
+	subs     subscriptionSet // guarded by mu
+	arriving *pendingMove    // guarded by mu; the move this connection completes at its next reply
 }
 
 func (c *subscriptionConn) Read(p []byte) (int, error) {
@@ -303,9 +315,10 @@ func (c *subscriptionConn) Write(p []byte) (int, error) {
 		return c.write(p)
 	}
 	c.mu.Lock()
-	changed, sunsubscribe := c.subs.apply(p)
-	c.sunsubscribe += sunsubscribe
-	if key := c.subs.key(); changed && key != "" && c.arriving == nil {
+	changed := c.subs.apply(p)
+	// A sharded subscription's moves are claimed channel by channel, by
+	// its splitConn.
+	if key := c.subs.key(); changed && key != "" && c.arriving == nil && c.route != routeSlotOwner {
 		c.arriving, _ = c.s.claim(key)
 	}
 	c.mu.Unlock()

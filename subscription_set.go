@@ -17,13 +17,12 @@ type subscriptionSet map[string]map[string]struct{}
 
 // apply updates the set from the commands in p, as go-redis writes them
 // (RESP arrays of bulk strings, whole commands per write), and reports
-// whether it changed and how many SUNSUBSCRIBE replies the server will
-// send for them. What it cannot parse it leaves alone.
-func (s *subscriptionSet) apply(p []byte) (changed bool, sunsubscribe int) {
+// whether it changed. What it cannot parse it leaves alone.
+func (s *subscriptionSet) apply(p []byte) (changed bool) {
 	for len(p) > 0 {
 		args, rest, ok := parseCommand(p)
 		if !ok {
-			return changed, sunsubscribe
+			return changed
 		}
 		p = rest
 		if len(args) == 0 {
@@ -41,15 +40,6 @@ func (s *subscriptionSet) apply(p []byte) (changed bool, sunsubscribe int) {
 			m = make(map[string]struct{})
 			(*s)[kind] = m
 		}
-		if kind == shardKind && !add {
-			// One reply per name; with none, one per shard channel, or a
-			// single one if there is none.
-			if len(args) > 1 {
-				sunsubscribe += len(args) - 1
-			} else {
-				sunsubscribe += max(len(m), 1)
-			}
-		}
 		if !add && len(args) == 1 {
 			clear(m) // UNSUBSCRIBE with no names drops them all
 			changed = true
@@ -63,7 +53,7 @@ func (s *subscriptionSet) apply(p []byte) (changed bool, sunsubscribe int) {
 			changed = true
 		}
 	}
-	return changed, sunsubscribe
+	return changed
 }
 
 const shardKind = "shard channel"

@@ -37,7 +37,7 @@ func TestSubscriptionSetFollowsCommands(t *testing.T) {
 			var s subscriptionSet
 			changed := false
 			for _, w := range tt.writes {
-				changed, _ = s.apply([]byte(w))
+				changed = s.apply([]byte(w))
 			}
 			assert.Equal(t, tt.names, s.names())
 			assert.Equal(t, tt.changed, changed)

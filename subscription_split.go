@@ -58,7 +58,6 @@ type splitConn struct {
 	wg     sync.WaitGroup
 
 	err        error // set before failed is closed
-	failedLeg  *leg
 	failOnce   sync.Once
 	closeOnce  sync.Once
 	readBy     atomic.Int64 // read deadline, unix ns; 0 for none
@@ -71,13 +70,15 @@ type splitConn struct {
 	lost       map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
 	waiting    map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
 	retrying   bool                   // guarded by mu; retry is running
+	partial    []byte                 // guarded by mu; the start of a command go-redis has not finished writing
 }
 
 // leg is one node's connection of a splitConn.
 type leg struct {
 	*subscriptionConn
-	skip  atomic.Int32 // handshake replies still to drop
-	pongs atomic.Int32 // PONGs to forwarded PINGs still to drop
+	skip  atomic.Int32   // handshake replies still to drop
+	pongs atomic.Int32   // PONGs to forwarded PINGs still to drop
+	asked map[string]int // guarded by mu; SUNSUBSCRIBE replies go-redis asked for, by channel
 }
 
 func newSplitConn(s *subscriptions, home *subscriptionConn, dial func(context.Context, string) (*subscriptionConn, error)) *splitConn {
@@ -163,7 +164,7 @@ func (c *splitConn) read(l *leg) {
 		for len(buf) > 0 {
 			size, ferr := respReplyLen(buf)
 			if ferr != nil {
-				c.fail(l, ferr)
+				c.legFailed(l, ferr)
 				return
 			}
 			if size == 0 {
@@ -176,7 +177,7 @@ func (c *splitConn) read(l *leg) {
 			}
 			forward, rerr := c.inspect(l, f)
 			if rerr != nil {
-				c.fail(l, rerr)
+				c.legFailed(l, rerr)
 				return
 			}
 			if !forward {
@@ -192,16 +193,22 @@ func (c *splitConn) read(l *leg) {
 			buf = nil
 		}
 		if err != nil {
-			if l == c.home {
-				c.fail(l, err)
-			} else {
-				c.mu.Lock()
-				c.retire(l, err)
-				c.mu.Unlock()
-			}
+			c.legFailed(l, err)
 			return
 		}
 	}
+}
+
+// legFailed is told that l failed: the first leg fails the connection,
+// another is retired.
+func (c *splitConn) legFailed(l *leg, err error) {
+	if l == c.home {
+		c.fail(err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retire(l, err)
 }
 
 // retire closes a leg other than the first that failed, and has its shard
@@ -232,16 +239,16 @@ func (c *splitConn) retire(l *leg, err error) {
 	}
 }
 
-// fail records the first leg failure, and hands Read a nil reply, after
-// the replies l read before it.
-func (c *splitConn) fail(l *leg, err error) {
+// fail records the first failure, of the first leg or of retry, and hands
+// Read a nil reply, after the replies already handed to it.
+func (c *splitConn) fail(err error) {
 	select {
 	case <-c.done:
 		return // closing: the legs' errors are Close's own
 	default:
 	}
 	c.failOnce.Do(func() {
-		c.err, c.failedLeg = err, l
+		c.err = err
 		close(c.failed)
 	})
 	select {
@@ -253,9 +260,9 @@ func (c *splitConn) fail(l *leg, err error) {
 // inspect looks at a reply l read and reports whether it goes on to
 // go-redis. Three say where a shard channel is served:
 //
-//   - an SSUBSCRIBE confirmation completes a move: the whole subscription's,
-//     after go-redis subscribed again on a new connection, or one channel's
-//     (below);
+//   - an SSUBSCRIBE confirmation completes the channel's move, if it was
+//     moving: go-redis subscribed again after a connection broke (claim),
+//     or one of the two below;
 //   - an SUNSUBSCRIBE that go-redis did not ask for says the node gave the
 //     channel's slot up (it migrated, or the node became a replica): the
 //     channel is subscribed again at its owner, after a slot map refresh;
@@ -279,9 +286,6 @@ func (c *splitConn) inspect(l *leg, f []byte) (bool, error) {
 	}
 	switch kind {
 	case "ssubscribe":
-		if arrived := l.takeArriving(); arrived != nil {
-			c.s.arrived(arrived, l.addr)
-		}
 		c.mu.Lock()
 		p, moved := c.lost[ch]
 		delete(c.lost, ch)
@@ -290,14 +294,12 @@ func (c *splitConn) inspect(l *leg, f []byte) (bool, error) {
 			c.s.arrived(&p, l.addr)
 		}
 	case "sunsubscribe":
-		l.mu.Lock()
-		asked := l.sunsubscribe > 0
-		if asked {
-			l.sunsubscribe--
-		} else {
+		asked := l.wasAsked(ch)
+		if !asked {
+			l.mu.Lock()
 			delete(l.subs[shardKind], ch)
+			l.mu.Unlock()
 		}
-		l.mu.Unlock()
 		if !asked && ch != "" {
 			if c.s.topo != nil {
 				c.s.topo.force()
@@ -447,11 +449,13 @@ var (
 func (c *splitConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.subscribed && !bytes.Contains(p, subscribeMark) {
-		c.handshake = append(c.handshake, p...)
-		return c.home.Write(p)
+	// go-redis's buffered writer may cut a long command (a resubscription
+	// to many channels) over several writes: only whole ones are split.
+	data := p
+	if len(c.partial) > 0 {
+		data = append(c.partial, p...)
+		c.partial = nil
 	}
-	c.subscribed = true
 	type out struct {
 		l *leg
 		b []byte
@@ -464,19 +468,30 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 		outs = append(outs, out{l, append([]byte(nil), cmd...)})
 	}
-	for rest := p; len(rest) > 0; {
-		args, next, ok := parseCommand(rest)
-		if !ok {
-			to(c.home, rest)
+	for rest := data; len(rest) > 0; {
+		n, err := respReplyLen(rest)
+		if err != nil {
+			to(c.home, rest) // not RESP: as it is, to the connection go-redis dialed
 			break
 		}
-		cmd := rest[:len(rest)-len(next)]
-		rest = next
+		if n == 0 {
+			c.partial = append([]byte(nil), rest...)
+			break
+		}
+		cmd := rest[:n]
+		rest = rest[n:]
+		args, _, ok := parseCommand(cmd)
 		kind, add := "", false
-		if len(args) > 0 {
+		if ok && len(args) > 0 {
 			kind, add = subscribeKind(strings.ToLower(args[0]))
 		}
+		if kind != "" {
+			c.subscribed = true
+		}
 		switch {
+		case !c.subscribed: // the handshake, replayed on every other leg
+			c.handshake = append(c.handshake, cmd...)
+			to(c.home, cmd)
 		case kind == shardKind && len(args) > 1:
 			groups, err := c.route(args[1:], add)
 			if err != nil {
@@ -485,9 +500,16 @@ func (c *splitConn) Write(p []byte) (int, error) {
 			for _, g := range groups {
 				to(g.l, appendCommand(nil, args[0], g.channels))
 			}
-		case kind == shardKind || bytes.Equal(cmd, pingCmd):
+		case kind == shardKind: // SUNSUBSCRIBE from everything
+			clear(c.waiting)
+			clear(c.lost)
 			for _, l := range c.legs {
-				if l != c.home && kind == "" {
+				l.expect(nil)
+				to(l, cmd)
+			}
+		case bytes.Equal(cmd, pingCmd):
+			for _, l := range c.legs {
+				if l != c.home {
 					l.pongs.Add(1)
 				}
 				to(l, cmd)
@@ -507,6 +529,41 @@ func (c *splitConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// expect records the SUNSUBSCRIBE replies l will send for chans, nil for
+// all of its shard channels (one reply each, or one with no channel if it
+// has none), so that inspect tells them from those the node sends on its
+// own.
+func (l *leg) expect(chans []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.asked == nil {
+		l.asked = make(map[string]int)
+	}
+	if chans == nil {
+		chans = slices.Collect(maps.Keys(l.subs[shardKind]))
+		if len(chans) == 0 {
+			chans = []string{""}
+		}
+	}
+	for _, ch := range chans {
+		l.asked[ch]++
+	}
+}
+
+// asked reports whether an SUNSUBSCRIBE reply for ch was expected, and
+// counts it off.
+func (l *leg) wasAsked(ch string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.asked[ch] == 0 {
+		return false
+	}
+	if l.asked[ch]--; l.asked[ch] == 0 {
+		delete(l.asked, ch)
+	}
+	return true
+}
+
 type legChannels struct {
 	l        *leg
 	channels []string
@@ -520,11 +577,12 @@ type legChannels struct {
 func (c *splitConn) route(channels []string, add bool) ([]legChannels, error) {
 	var groups []legChannels
 	for _, ch := range channels {
-		if !add {
-			delete(c.waiting, ch)
-		}
+		delete(c.waiting, ch)
 		l := c.subscribedOn(ch)
-		if l == nil && add {
+		if !add {
+			delete(c.lost, ch)
+		} else if l == nil {
+			c.claim(ch)
 			var err error
 			if l, err = c.legFor(c.s.ownerOf(channelSlot(ch))); err != nil {
 				if !errors.Is(err, ErrNodeUnavailable) && !isNetworkError(err) {
@@ -537,6 +595,9 @@ func (c *splitConn) route(channels []string, add bool) ([]legChannels, error) {
 		if l == nil {
 			l = c.home
 		}
+		if !add {
+			l.expect([]string{ch})
+		}
 		if i := slices.IndexFunc(groups, func(g legChannels) bool { return g.l == l }); i >= 0 {
 			groups[i].channels = append(groups[i].channels, ch)
 		} else {
@@ -544,6 +605,21 @@ func (c *splitConn) route(channels []string, add bool) ([]legChannels, error) {
 		}
 	}
 	return groups, nil
+}
+
+// claim takes over the move of ch, if a connection that broke was
+// subscribed to it: the node that confirms ch tells it (inspect). c.mu is
+// held.
+func (c *splitConn) claim(ch string) {
+	if _, ok := c.lost[ch]; ok {
+		return
+	}
+	if p, ok := c.s.claim(shardKey(ch)); ok {
+		if c.lost == nil {
+			c.lost = make(map[string]pendingMove)
+		}
+		c.lost[ch] = *p
+	}
 }
 
 // wait keeps ch, whose owner could not be reached, for retry, and starts
@@ -581,7 +657,7 @@ func (c *splitConn) retry() {
 			c.s.topo.trigger()
 		}
 		if err := c.retryOnce(); err != nil {
-			c.fail(nil, err)
+			c.fail(err)
 			return
 		}
 		c.mu.Lock()
@@ -645,6 +721,13 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), c.ownDeadline(c.s.k.cfg.DialTimeout))
 	defer cancel()
+	go func() { // Close does not wait for a dial
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	conn, err := c.dial(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -732,7 +815,7 @@ func (c *splitConn) Close() error {
 		default:
 		}
 		for _, l := range legs {
-			if broke && l != c.failedLeg {
+			if broke {
 				l.broken.Store(true)
 			}
 			if cerr := l.Close(); l == c.home {

@@ -293,6 +293,9 @@ func (f subscriptionsFixture) split(t *testing.T) (*splitConn, *pipeNodes) {
 	t.Helper()
 	nodes := &pipeNodes{nodes: map[string]*pipeNode{}}
 	dial := func(_ context.Context, addr string) (*subscriptionConn, error) {
+		if strings.HasPrefix(addr, "down:") {
+			return nil, fmt.Errorf("%w (node %s)", ErrNodeUnavailable, addr)
+		}
 		client, server := newPipeNode(t)
 		nodes.mu.Lock()
 		nodes.nodes[addr] = server
@@ -375,6 +378,54 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 		assert.Zero(t, len(f.s.a.permits))
 		_, err = c.Read(make([]byte, 1))
 		assert.ErrorIs(t, err, net.ErrClosed)
+	})
+
+	t.Run("an SUNSUBSCRIBE it asked for is told from one it did not by its channel", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		a := nodes.get(t, "a:1")
+		both := string(appendCommand(nil, "ssubscribe", []string{"s", "t"}))
+		write(t, c, both)
+		a.expect(t, string(appendCommand(nil, "ssubscribe", []string{"s"}))+string(appendCommand(nil, "ssubscribe", []string{"t"})))
+		write(t, c, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
+		a.expect(t, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
+		a.send(t, sunsubscribedS) // s's slot moved away, before t's reply
+		a.expect(t, ssubscribeS)  // s is subscribed again
+		unsubscribedT := ">3\r\n$12\r\nsunsubscribe\r\n$1\r\nt\r\n:1\r\n"
+		a.send(t, unsubscribedT)
+		readReply(t, c, unsubscribedT)
+	})
+
+	t.Run("a command written in pieces is split whole", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		write(t, c, ssubscribeS[:9])
+		write(t, c, ssubscribeS[9:])
+		nodes.get(t, "a:1").expect(t, ssubscribeS)
+		c.home.mu.Lock()
+		defer c.home.mu.Unlock()
+		assert.Contains(t, c.home.subs[shardKind], "s")
+	})
+
+	t.Run("channels waiting for their owner are dropped by SUNSUBSCRIBE", func(t *testing.T) {
+		f := newSubscriptionsFixture(t)
+		c, nodes := f.split(t)
+		a := nodes.get(t, "a:1")
+		write(t, c, ssubscribeS)
+		a.expect(t, ssubscribeS)
+		a.send(t, fmt.Sprintf("-MOVED %d down:1\r\n", channelSlot("s")))
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			_, waiting := c.waiting["s"]
+			return waiting
+		}, 5*time.Second, time.Millisecond, "s does not wait for its unreachable owner")
+		write(t, c, string(appendCommand(nil, "sunsubscribe", nil)))
+		a.expect(t, string(appendCommand(nil, "sunsubscribe", nil)))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		assert.Empty(t, c.waiting)
+		assert.Empty(t, c.lost)
 	})
 
 	t.Run("the first connection fails: go-redis sees it after what it read", func(t *testing.T) {
