@@ -21,6 +21,8 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	c.adm.watching.Add(1)
+	defer c.adm.watching.Add(-1)
 	ran := false // fn runs on this goroutine, inside go-redis's Watch
 	err := c.UniversalClient.Watch(ctx, func(tx *redis.Tx) error {
 		ran = true
@@ -106,10 +108,11 @@ const (
 // the stack of a build cannot tell a Tx's chain from another chain rebuilt
 // inside the Watch function (an AddHook on the client, a Conn opened
 // there). So a chain built during a Watch only may be the Tx's; sendingOnTx
-// decides, per blocking command, when it is sent. Other chains, and every
-// ordinary command, never pay for a stack walk.
+// decides, per blocking command, when it is sent. Ordinary commands never
+// pay for a stack walk, and chains built while no Watch runs (go-redis's
+// AutoPipeline builds one per command) do not either.
 func (a *admission) buildingWatch() bool {
-	return a.k.cfg.Mode != ModeCluster && onStack(watchRunner)
+	return a.k.cfg.Mode != ModeCluster && a.watching.Load() > 0 && onStack(watchRunner)
 }
 
 // sendingOnTx reports whether the batch or command being sent, on a chain
