@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,18 +31,20 @@ import (
 // REDISGUARD_BENCH_SCALE=1 runs it in full (several minutes); =quick runs a
 // short smoke version that checks the harness and writes nothing.
 //
-// Every cell interleaves the clients as TestHealthyPathRatio does: a round
-// runs each client for one timed slice, in an order reversed every other
-// round, and each ratio compares slices of one round, so the shared
-// machine's noise mostly cancels; the figures are medians over the rounds.
+// Every cell interleaves the clients, so the shared machine's noise mostly
+// cancels. From 8 callers, as TestHealthyPathRatio does: a round runs each
+// client for one timed slice, in a random order, and each ratio is the
+// median over the rounds of one round's ratio. At one caller, where a
+// slice's rate depends more on the machine than on the client, one
+// goroutine calls the clients in turn (sideRates.alternate).
 func TestBenchScale(t *testing.T) {
 	mode := os.Getenv("REDISGUARD_BENCH_SCALE")
 	if mode != "1" && mode != "quick" {
 		t.Skip("set REDISGUARD_BENCH_SCALE=1 (make bench-scale) to measure the cost curves")
 	}
-	p := scaleParams{rounds: 31, slice: 25 * time.Millisecond, masters: []int{3, 6, 12}}
+	p := scaleParams{rounds: 61, slice: 25 * time.Millisecond, calls: 20000, masters: []int{3, 6, 12}}
 	if mode == "quick" {
-		p = scaleParams{rounds: 3, slice: 20 * time.Millisecond, masters: []int{3}}
+		p = scaleParams{rounds: 3, slice: 20 * time.Millisecond, calls: 200, masters: []int{3}}
 	}
 	start := time.Now()
 	var rep scaleReport
@@ -62,8 +65,9 @@ func TestBenchScale(t *testing.T) {
 }
 
 type scaleParams struct {
-	rounds  int
+	rounds  int // timed slices per side and cell
 	slice   time.Duration
+	calls   int   // calls per side, alternated, at one caller
 	masters []int // cluster sizes measured after standalone
 }
 
@@ -162,7 +166,7 @@ func (r *scaleReport) measureTopology(t *testing.T, p scaleParams, name string, 
 		op   func(context.Context, redis.Cmdable) error
 	}{{"GET", get}, {"SET", set}} {
 		for _, n := range scaleCallers {
-			cell := measureCell(t, p, tg, numSides, w.op, n)
+			cell := measureCell(t, p, tg, [][]int{plainSides, apSides}, w.op, n)
 			cell.topology, cell.workload, cell.n = name, w.name, n
 			r.calls = append(r.calls, cell)
 		}
@@ -180,7 +184,7 @@ func (r *scaleReport) measureTopology(t *testing.T, p scaleParams, name string, 
 			}
 			return err
 		}
-		cell := measureCell(t, p, tg, sideAPDefaults, op, 4*runtime.GOMAXPROCS(0))
+		cell := measureCell(t, p, tg, [][]int{plainSides}, op, 4*runtime.GOMAXPROCS(0))
 		cell.topology, cell.workload, cell.n = name, "pipeline", length
 		r.pipes = append(r.pipes, cell)
 	}
@@ -237,81 +241,178 @@ func (s autoPipelineSide) Set(ctx context.Context, key string, value interface{}
 	return s.ap.Set(ctx, key, value, exp)
 }
 
-// measureCell runs op from callers goroutines on the first sides of tg
-// (all of them, or the plain ones), p.rounds times each, interleaved.
-func measureCell(t *testing.T, p scaleParams, tg *scaleTarget, sides int, op func(context.Context, redis.Cmdable) error, callers int) scaleCell {
+// The sides measured together: plain calls, then AutoPipeline calls. The
+// groups are measured apart, so that an AutoPipeline slice, which
+// allocates far more, never runs just before a plain one.
+var (
+	plainSides = []int{sideDefaults, sideStock, sideControl, sideGuard}
+	apSides    = []int{sideAPDefaults, sideAPStock, sideAPGuard}
+)
+
+// measureCell runs op from callers goroutines on each group of sides of
+// tg, the sides of a group interleaved (see sideRates), and compares them.
+func measureCell(t *testing.T, p scaleParams, tg *scaleTarget, groups [][]int, op func(context.Context, redis.Cmdable) error, callers int) scaleCell {
 	t.Helper()
-	var rates [numSides][]float64
-	var hist [numSides]latencyHist
-	var ratio, control, vsDef, apRatio, apVsDef []float64
-	order := make([]int, sides)
-	for i := range order {
-		order[i] = i
+	var m sideRates
+	rng := rand.New(rand.NewPCG(uint64(callers), uint64(len(groups))))
+	var pool *callerPool
+	if callers > 1 {
+		pool = newCallerPool(t, callers)
 	}
-	for round := range p.rounds {
-		var rate [numSides]float64
-		seq := slices.Clone(order)
-		if round%2 == 1 {
-			slices.Reverse(seq)
-		}
-		for _, s := range seq {
-			rate[s] = timedSlice(t, tg.sides[s], op, callers, p.slice, &hist[s])
-			rates[s] = append(rates[s], rate[s])
-		}
-		ratio = append(ratio, rate[sideGuard]/rate[sideStock])
-		control = append(control, rate[sideControl]/rate[sideStock])
-		vsDef = append(vsDef, rate[sideGuard]/rate[sideDefaults])
-		if sides > sideAPGuard {
-			apRatio = append(apRatio, rate[sideAPGuard]/rate[sideAPStock])
-			apVsDef = append(apVsDef, rate[sideAPGuard]/rate[sideAPDefaults])
+	for _, g := range groups {
+		if callers == 1 {
+			m.alternate(t, p, tg, g, op, rng)
+		} else {
+			m.slices(t, p, tg, g, op, pool, rng)
 		}
 	}
-	c := scaleCell{ratio: median(ratio), control: median(control), vsDefaults: median(vsDef),
-		apRatio: math.NaN(), apVsDefaults: math.NaN()}
-	if len(apRatio) > 0 {
-		c.apRatio, c.apVsDefaults = median(apRatio), median(apVsDef)
-	}
+	c := scaleCell{ratio: m.ratio(sideGuard, sideStock), control: m.ratio(sideControl, sideStock),
+		vsDefaults: m.ratio(sideGuard, sideDefaults),
+		apRatio:    m.ratio(sideAPGuard, sideAPStock), apVsDefaults: m.ratio(sideAPGuard, sideAPDefaults)}
 	for s := range numSides {
 		c.rate[s] = math.NaN()
-		if len(rates[s]) > 0 {
-			c.rate[s] = median(rates[s])
-			c.p50[s], c.p99[s] = hist[s].quantile(0.5), hist[s].quantile(0.99)
+		if len(m.rates[s]) > 0 {
+			c.rate[s] = median(m.rates[s])
+			c.p50[s], c.p99[s] = m.hist[s].quantile(0.5), m.hist[s].quantile(0.99)
 		}
 	}
 	return c
 }
 
-// timedSlice runs op on c from callers goroutines for d and returns the
-// calls completed per second; with h, it also records each call's latency.
-func timedSlice(t *testing.T, c redis.Cmdable, op func(context.Context, redis.Cmdable) error, callers int, d time.Duration, h *latencyHist) float64 {
+// sideRates is what measureCell measured: each side's calls per second,
+// one figure per round (timed slices) or a single one (alternated calls),
+// and its latencies.
+type sideRates struct {
+	rates [numSides][]float64
+	hist  [numSides]latencyHist
+}
+
+// slices runs the sides of group for one timed slice each per round, in a
+// new random order every round, so that no side always follows the same
+// one. Two sides are compared round by round (ratio).
+func (m *sideRates) slices(t *testing.T, p scaleParams, tg *scaleTarget, group []int, op func(context.Context, redis.Cmdable) error, pool *callerPool, rng *rand.Rand) {
+	for range p.rounds {
+		seq := slices.Clone(group)
+		rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+		for _, s := range seq {
+			m.rates[s] = append(m.rates[s], timedSlice(t, pool, tg.sides[s], op, p.slice, &m.hist[s]))
+		}
+	}
+}
+
+// alternate is for one caller, where a timed slice's rate swings by a
+// factor of three with the machine's state (how the idle process is woken),
+// which lasts longer than a slice: one goroutine calls each side of group
+// in turn, in a new random order every turn, p.calls turns, so that every
+// side meets the same states. With one call in flight, calls per second is
+// the inverse of the mean call time.
+func (m *sideRates) alternate(t *testing.T, p scaleParams, tg *scaleTarget, group []int, op func(context.Context, redis.Cmdable) error, rng *rand.Rand) {
 	ctx := context.Background()
+	var total [numSides]time.Duration
+	seq := slices.Clone(group)
+	runtime.GC()
+	for range p.calls {
+		rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+		for _, s := range seq {
+			t0 := time.Now()
+			if err := op(ctx, tg.sides[s]); err != nil {
+				t.Error(err)
+				return
+			}
+			d := time.Since(t0)
+			total[s] += d
+			m.hist[s].add(d)
+		}
+	}
+	for _, s := range group {
+		m.rates[s] = []float64{float64(p.calls) / total[s].Seconds()}
+	}
+}
+
+// ratio is the median over rounds of a's rate over b's; NaN if either was
+// not measured.
+func (m *sideRates) ratio(a, b int) float64 {
+	ra, rb := m.rates[a], m.rates[b]
+	if len(ra) == 0 || len(ra) != len(rb) {
+		return math.NaN()
+	}
+	r := make([]float64, len(ra))
+	for i := range ra {
+		r[i] = ra[i] / rb[i]
+	}
+	return median(r)
+}
+
+// callerPool is the goroutines that make the calls of timed slices. They
+// live for a whole measurement, as a service's callers do, so that a slice
+// times calls rather than goroutine starts and the stack growth of each new
+// goroutine's first call (which, at 512 callers and a few calls per
+// goroutine per slice, cost a client with a deeper call stack up to 15%).
+type callerPool struct {
+	work []chan func(i int)
+	done sync.WaitGroup
+}
+
+// newCallerPool starts n callers, stopped when the test ends.
+func newCallerPool(t testing.TB, n int) *callerPool {
+	p := &callerPool{work: make([]chan func(int), n)}
+	var exited sync.WaitGroup
+	for i := range p.work {
+		ch := make(chan func(int))
+		p.work[i] = ch
+		exited.Go(func() {
+			for fn := range ch {
+				fn(i)
+				p.done.Done()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		for _, ch := range p.work {
+			close(ch)
+		}
+		exited.Wait()
+	})
+	return p
+}
+
+// run has every caller run fn with its index, and waits for them all.
+func (p *callerPool) run(fn func(i int)) {
+	p.done.Add(len(p.work))
+	for _, ch := range p.work {
+		ch <- fn
+	}
+	p.done.Wait()
+}
+
+// timedSlice runs op on c from every caller of pool for d and returns the
+// calls completed per second; with h, it also records each call's latency.
+func timedSlice(t *testing.T, pool *callerPool, c redis.Cmdable, op func(context.Context, redis.Cmdable) error, d time.Duration, h *latencyHist) float64 {
+	ctx := context.Background()
+	callers := len(pool.work)
 	counts := make([]uint64, callers)
 	var hs []latencyHist
 	if h != nil {
 		hs = make([]latencyHist, callers)
 	}
-	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(d)
-	for i := range callers {
-		wg.Go(func() {
-			for {
-				t0 := time.Now()
-				if !t0.Before(end) {
-					return
-				}
-				if err := op(ctx, c); err != nil {
-					t.Error(err)
-					return
-				}
-				counts[i]++
-				if hs != nil {
-					hs[i].add(time.Since(t0))
-				}
+	pool.run(func(i int) {
+		for {
+			t0 := time.Now()
+			if !t0.Before(end) {
+				return
 			}
-		})
-	}
-	wg.Wait()
+			if err := op(ctx, c); err != nil {
+				t.Error(err)
+				return
+			}
+			counts[i]++
+			if hs != nil {
+				hs[i].add(time.Since(t0))
+			}
+		}
+	})
 	elapsed := time.Since(start)
 	var n uint64
 	for i := range counts {
@@ -487,13 +588,13 @@ func (r *scaleReport) write(dir string) error {
 
 func (r *scaleReport) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nRun of %s: `make bench-scale`, %d rounds of %v slices per cell, %v in all; GOMAXPROCS %d, %s/%s, %s, load average at the end %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), r.params.rounds, r.params.slice, r.took.Round(time.Second),
+	fmt.Fprintf(&b, "\nRun of %s: `make bench-scale`, %d rounds of %v slices per cell (at one caller: %d calls per client, alternated), %v in all; GOMAXPROCS %d, %s/%s, %s, load average at the end %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), r.params.rounds, r.params.slice, r.params.calls, r.took.Round(time.Second),
 		runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage())
 	b.WriteString("![GET throughput by callers](scale-throughput.svg)\n![ratio to go-redis by callers](scale-ratio.svg)\n![pipelines](scale-pipeline.svg)\n\n")
 
 	b.WriteString("### GET and SET by callers\n\n")
-	b.WriteString("Throughput in calls/s (median slice); ratio = redisguard ÷ go-redis with the same options (control: a second identical go-redis client, the run's resolution); AP = through `AutoPipeline()`; latency p50/p99 over every call of the cell.\n\n")
+	b.WriteString("Throughput in calls/s (median slice; at one caller, the inverse of the mean call time); ratio = redisguard ÷ go-redis with the same options (control: a second identical go-redis client, the run's resolution); AP = through `AutoPipeline()`; latency p50/p99 over every call of the cell.\n\n")
 	b.WriteString("| topology | op | callers | go-redis (defaults) | go-redis | redisguard | ratio (control) | vs defaults | p50 / p99 go-redis | p50 / p99 redisguard | AP go-redis (defaults) | AP go-redis | AP redisguard | AP ratio | AP vs defaults |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.calls {

@@ -123,7 +123,7 @@ func TestHealthyPathRatio(t *testing.T) {
 		rounds     = 401
 		ratioSlice = 25 * time.Millisecond
 	)
-	workers := 4 * runtime.GOMAXPROCS(0) // enough callers to keep the CPUs busy
+	workers := newCallerPool(t, 4*runtime.GOMAXPROCS(0)) // enough callers to keep the CPUs busy
 	var rows [][]string
 	for _, target := range benchTargets(t) {
 		for _, w := range []struct {
@@ -133,7 +133,7 @@ func TestHealthyPathRatio(t *testing.T) {
 			var ratios, ctlRatios, defRatios []float64
 			rate := map[string][]float64{}
 			run := func(c redis.UniversalClient, name string) float64 {
-				r := timedSlice(t, c, w.op, workers, ratioSlice, nil)
+				r := timedSlice(t, workers, c, w.op, ratioSlice, nil)
 				rate[name] = append(rate[name], r)
 				return r
 			}
@@ -161,7 +161,7 @@ func TestHealthyPathRatio(t *testing.T) {
 		}
 	}
 	table(t, fmt.Sprintf("healthy path: %d rounds of %v timed runs, %d callers (GOMAXPROCS %d); ratio = redisguard/go-redis throughput",
-		rounds, ratioSlice, workers, runtime.GOMAXPROCS(0)),
+		rounds, ratioSlice, len(workers.work), runtime.GOMAXPROCS(0)),
 		[]string{"topology", "workload", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
 }
 
@@ -363,6 +363,7 @@ func TestAutoPipelineRatio(t *testing.T) {
 		slice   = 25 * time.Millisecond
 		callers = 64
 	)
+	pool := newCallerPool(t, callers)
 	var rows [][]string
 	for _, target := range benchTargets(t) {
 		get := func(c redis.UniversalClient) func(context.Context, redis.Cmdable) error {
@@ -380,7 +381,7 @@ func TestAutoPipelineRatio(t *testing.T) {
 		}
 		rate := map[string][]float64{}
 		run := func(name string) float64 {
-			r := timedSlice(t, sides[name], ops[name], callers, slice, nil)
+			r := timedSlice(t, pool, sides[name], ops[name], slice, nil)
 			rate[name] = append(rate[name], r)
 			return r
 		}

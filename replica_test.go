@@ -285,7 +285,7 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 	preferred := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred})
 	ctx := testCtx(t, 10*time.Second)
 	require.NoError(t, master.Set(ctx, "bench:key", "value", 0).Err())
-	workers := 4 * runtime.GOMAXPROCS(0)
+	workers := newCallerPool(t, 4*runtime.GOMAXPROCS(0))
 	var rows [][]string
 	for _, w := range []struct {
 		name string
@@ -295,9 +295,9 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 		for i := range rounds {
 			var m, c, p float64
 			if i%2 == 0 {
-				c, m, p = timedSlice(t, control, w.op, workers, slice, nil), timedSlice(t, master, w.op, workers, slice, nil), timedSlice(t, preferred, w.op, workers, slice, nil)
+				c, m, p = timedSlice(t, workers, control, w.op, slice, nil), timedSlice(t, workers, master, w.op, slice, nil), timedSlice(t, workers, preferred, w.op, slice, nil)
 			} else {
-				p, m, c = timedSlice(t, preferred, w.op, workers, slice, nil), timedSlice(t, master, w.op, workers, slice, nil), timedSlice(t, control, w.op, workers, slice, nil)
+				p, m, c = timedSlice(t, workers, preferred, w.op, slice, nil), timedSlice(t, workers, master, w.op, slice, nil), timedSlice(t, workers, control, w.op, slice, nil)
 			}
 			ratios, ctlRatios, rates = append(ratios, p/m), append(ctlRatios, c/m), append(rates, m)
 		}
@@ -307,7 +307,7 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 			t.Errorf("GET: ReadFromMasterPreferred/ReadFromMaster median throughput ratio %.3f < 0.98", median(ratios))
 		}
 	}
-	table(t, fmt.Sprintf("healthy cluster, 3 masters + 3 replicas: %d rounds of %v, %d callers; ratio = master_preferred/master", rounds, slice, workers),
+	table(t, fmt.Sprintf("healthy cluster, 3 masters + 3 replicas: %d rounds of %v, %d callers; ratio = master_preferred/master", rounds, slice, len(workers.work)),
 		[]string{"workload", "ReadFromMaster", "median ratio", "range", "control ratio"}, rows...)
 }
 
