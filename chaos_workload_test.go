@@ -441,26 +441,13 @@ func (w *chaosWorld) sideWorker(id int, rng *rand.Rand, stop <-chan struct{}) {
 }
 
 // subscriber receives on chaosChannel on one PubSub for the whole run;
-// go-redis reconnects it after an error. An idle ReceiveTimeout is no error.
+// go-redis reconnects it after an error.
 func (w *chaosWorld) subscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
 	sub := w.c.Subscribe(context.Background(), chaosChannel)
 	defer sub.Close()
-	loop(rng, stop, func() {
-		ctx, cancel, t0, dl := opCtx()
-		defer cancel()
-		msg, err := sub.ReceiveTimeout(ctx, 500*time.Millisecond)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && !w.faults.active(anyClusterShard, t0, time.Now()) {
-			err = nil // nothing published for 500ms
-		}
-		if _, ok := msg.(*redis.Message); ok {
-			w.received.Add(1)
-			w.noteMessage(w.recvAt, time.Now())
-		}
-		if err != nil {
-			w.subErrs.Add(1)
-		}
-		w.record("subscribe", anyClusterShard, t0, dl, err)
+	w.receive("subscribe", sub, rng, stop, func(*redis.Message) {
+		w.received.Add(1)
+		w.noteMessage(w.recvAt, time.Now())
 	})
 }
 
@@ -470,6 +457,17 @@ func (w *chaosWorld) subscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
 func (w *chaosWorld) shardSubscriber(_ int, rng *rand.Rand, stop <-chan struct{}) {
 	sub := w.acl.SSubscribe(context.Background(), w.shardChannels...)
 	defer sub.Close()
+	w.receive("ssubscribe", sub, rng, stop, func(m *redis.Message) {
+		if i := slices.Index(w.shardChannels, m.Channel); i >= 0 {
+			w.shardReceived.Add(1)
+			w.noteMessage(w.shardRecvAt[i], time.Now())
+		}
+	})
+}
+
+// receive reads sub until stop, handing each message to got and recording
+// each read as op. An idle ReceiveTimeout is no error.
+func (w *chaosWorld) receive(op string, sub *redis.PubSub, rng *rand.Rand, stop <-chan struct{}, got func(*redis.Message)) {
 	loop(rng, stop, func() {
 		ctx, cancel, t0, dl := opCtx()
 		defer cancel()
@@ -479,15 +477,12 @@ func (w *chaosWorld) shardSubscriber(_ int, rng *rand.Rand, stop <-chan struct{}
 			err = nil // nothing published for 500ms
 		}
 		if m, ok := msg.(*redis.Message); ok {
-			if i := slices.Index(w.shardChannels, m.Channel); i >= 0 {
-				w.shardReceived.Add(1)
-				w.noteMessage(w.shardRecvAt[i], time.Now())
-			}
+			got(m)
 		}
 		if err != nil {
 			w.subErrs.Add(1)
 		}
-		w.record("ssubscribe", anyClusterShard, t0, dl, err)
+		w.record(op, anyClusterShard, t0, dl, err)
 	})
 }
 
