@@ -282,56 +282,98 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := g.k
+	// go-redis's cluster client sends each node's batch from a goroutine of
+	// its own, started for the batch, whose stack grows with the frames it
+	// passes: the path to next is this one small frame, and the rare paths
+	// run in functions of their own.
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 0 && isHandshake(cmds[0]) {
 			return handshake(next(ctx, cmds), false)
 		}
-		if c.closed.Load() {
-			for _, cmd := range cmds {
-				cmd.SetErr(ErrClosed)
-			}
-			return ErrClosed // Close outranks the breaker, as in ProcessHook
-		}
 		n := g.node()
-		if n.slow.Load() && !batchIsBlocking(cmds) {
-			if err := g.nodes.slow.admit(ctx, n); err != nil {
-				for _, cmd := range cmds {
-					cmd.SetErr(err)
-				}
-				return err
+		if c.closed.Load() {
+			return g.refuseBatch(n, cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
+		}
+		if n.slow.Load() {
+			admitted, err := g.admitBatch(ctx, n, cmds)
+			if err != nil {
+				return g.refuseBatch(n, cmds, err)
 			}
-			defer n.slowWaiting.Add(-1)
+			if admitted {
+				defer n.slowWaiting.Add(-1)
+			}
 		}
 		t, err := n.br.Allow()
 		if err != nil {
-			err = g.fastFail(n)
-			for _, cmd := range cmds {
-				cmd.SetErr(err)
-			}
-			return err
+			return g.refuseOpen(n, cmds)
 		}
 		n.inFlight.Add(1)
 		err = next(ctx, cmds)
-		if err != nil && err != redis.Nil && g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
-			err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
-		}
-		n.inFlight.Add(-1)
-		n.br.Done(t, g.outcome(n, ctx, err))
-		if batchAnswered(err) {
+		if err == nil || err == redis.Nil {
+			n.inFlight.Add(-1)
+			n.br.Done(t, breaker.Success)
 			return err
 		}
-		if isExhaustion(err) && !batchIsBlocking(cmds) {
-			n.noteExhausted(c)
-		}
-		for _, cmd := range cmds {
-			// A pool timeout fails the whole batch before anything is sent;
-			// the nil replies of a pipeline of GETs skip the check.
-			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
-				cmd.SetErr(n.translate(cerr))
-			}
-		}
-		return n.translate(err)
+		return g.batchFailed(ctx, cmds, next, n, t, err)
 	}
+}
+
+// admitBatch waits for n, marked slow, to take cmds, unless they block
+// (blocking commands wait by design and are not limited), and reports
+// whether they were admitted and so count as waiting.
+//
+//go:noinline
+func (g *nodeGuard) admitBatch(ctx context.Context, n *node, cmds []redis.Cmder) (bool, error) {
+	if batchIsBlocking(cmds) {
+		return false, nil
+	}
+	if err := g.nodes.slow.admit(ctx, n); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// refuseOpen fails cmds, for n whose breaker is open.
+//
+//go:noinline
+func (g *nodeGuard) refuseOpen(n *node, cmds []redis.Cmder) error {
+	return g.refuseBatch(n, cmds, g.fastFail(n))
+}
+
+// refuseBatch fails every command of cmds with err, and returns it.
+func (g *nodeGuard) refuseBatch(_ *node, cmds []redis.Cmder, err error) error {
+	for _, cmd := range cmds {
+		cmd.SetErr(err)
+	}
+	return err
+}
+
+// batchFailed finishes a batch that next answered with err, neither nil
+// nor redis.Nil: a batch that failed before anything was sent on a reset
+// connection is sent again, the breaker is told, and every command's error
+// is translated.
+//
+//go:noinline
+func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, err error) error {
+	if g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
+		err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
+	}
+	n.inFlight.Add(-1)
+	n.br.Done(t, g.outcome(n, ctx, err))
+	if batchAnswered(err) {
+		return err
+	}
+	if isExhaustion(err) && !batchIsBlocking(cmds) {
+		n.noteExhausted(g.k)
+	}
+	for _, cmd := range cmds {
+		// A pool timeout fails the whole batch before anything is sent;
+		// the nil replies of a pipeline of GETs skip the check.
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cmd.SetErr(n.translate(cerr))
+		}
+	}
+	return n.translate(err)
 }
 
 // batchAnswered reports whether a node client's batch that returned err

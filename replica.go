@@ -489,8 +489,16 @@ func (r *replicas) processBatch(ctx context.Context, cmds []redis.Cmder, master 
 		return next(ctx, cmds)
 	}
 	err := next(ctx, cmds)
-	if (err == nil || err == redis.Nil || isRedisReply(err)) && r.falling.Load() != 0 && !master.slow.Load() {
-		r.servedByMaster(r.fallbackOf(fb, master), master)
+	if r.falling.Load() != 0 {
+		r.masterAnswered(err, master, fb)
 	}
 	return err
+}
+
+// masterAnswered is told that master answered a batch with err, while reads
+// are falling back somewhere: an answer ends its fallback.
+func (r *replicas) masterAnswered(err error, master *node, fb *fallback) {
+	if (err == nil || err == redis.Nil || isRedisReply(err)) && !master.slow.Load() {
+		r.servedByMaster(r.fallbackOf(fb, master), master)
+	}
 }

@@ -81,24 +81,42 @@ func (h replicaHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	r, self := h.r, h.n
 	fb := h.fb
 	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred
+	// go-redis's cluster client sends each node's batch from a goroutine of
+	// its own, started for the batch, whose stack grows with the frames it
+	// passes: a healthy master's batch passes this one frame only.
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 {
+		switch {
+		case len(cmds) == 0:
+			return next(ctx, cmds)
+		case routed:
+			return r.routedBatch(ctx, cmds, self, next, fb)
+		case away(self):
+			return r.processBatch(ctx, cmds, self, fb, next)
+		}
+		err := next(ctx, cmds)
+		if r.falling.Load() != 0 {
+			r.masterAnswered(err, self, fb)
+		}
+		return err
+	}
+}
+
+// routedBatch is ProcessPipelineHook's batch where go-redis routes reads
+// to replicas (every ReadFrom but ReadFromMasterPreferred).
+//
+//go:noinline
+func (r *replicas) routedBatch(ctx context.Context, cmds []redis.Cmder, self *node, next redis.ProcessPipelineHook, fb *fallback) error {
+	if master := r.masterOf(self.addr); master != nil && !own(ctx, cmds[0]) {
+		if r.usable(ctx, self) {
+			self.replicaReads.Add(uint64(len(cmds)))
 			return next(ctx, cmds)
 		}
-		if routed {
-			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmds[0]) {
-				if r.usable(ctx, self) {
-					self.replicaReads.Add(uint64(len(cmds)))
-					return next(ctx, cmds)
-				}
-				if mc := r.client(master.addr); mc != nil {
-					return pipelineOn(ctx, mc, cmds)
-				}
-				return next(ctx, cmds)
-			}
+		if mc := r.client(master.addr); mc != nil {
+			return pipelineOn(ctx, mc, cmds)
 		}
-		return r.processBatch(ctx, cmds, self, fb, next)
+		return next(ctx, cmds)
 	}
+	return r.processBatch(ctx, cmds, self, fb, next)
 }
 
 // pipelineOn sends cmds as one pipeline on cl. Every command keeps its own
