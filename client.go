@@ -227,10 +227,7 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	maybeTx := c.adm.buildingWatch()
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if c.closed.Load() {
-			for _, cmd := range cmds {
-				cmd.SetErr(ErrClosed)
-			}
-			return ErrClosed
+			return failBatch(cmds, ErrClosed)
 		}
 		// A transaction (MULTI ... EXEC) is ordinary even with BLPOP inside:
 		// Redis never blocks within EXEC.

@@ -292,12 +292,12 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		n := g.node()
 		if c.closed.Load() {
-			return g.refuseBatch(n, cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
+			return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
 		}
 		if n.slow.Load() {
 			admitted, err := g.admitBatch(ctx, n, cmds)
 			if err != nil {
-				return g.refuseBatch(n, cmds, err)
+				return failBatch(cmds, err)
 			}
 			if admitted {
 				defer n.slowWaiting.Add(-1)
@@ -337,11 +337,11 @@ func (g *nodeGuard) admitBatch(ctx context.Context, n *node, cmds []redis.Cmder)
 //
 //go:noinline
 func (g *nodeGuard) refuseOpen(n *node, cmds []redis.Cmder) error {
-	return g.refuseBatch(n, cmds, g.fastFail(n))
+	return failBatch(cmds, g.fastFail(n))
 }
 
-// refuseBatch fails every command of cmds with err, and returns it.
-func (g *nodeGuard) refuseBatch(_ *node, cmds []redis.Cmder, err error) error {
+// failBatch fails every command of cmds with err, and returns it.
+func failBatch(cmds []redis.Cmder, err error) error {
 	for _, cmd := range cmds {
 		cmd.SetErr(err)
 	}

@@ -112,17 +112,24 @@ func slowDown(t *testing.T, s *redistest.Server) (stop func()) {
 	}
 }
 
-func TestScenarioSlowMasterKeepsHealthyShards(t *testing.T) {
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
-	slow := cl.MasterForSlot(t, 0)
-	slowKey := cl.KeyOn(t, slow, "slow")
-	var healthyKeys []string
+// slowCluster starts 3 masters with a replica each, and names the master
+// that will be slowed, a key on it, and a key on each other master.
+func slowCluster(t *testing.T) (cl *redistest.Cluster, slow *redistest.Server, slowKey string, healthyKeys []string) {
+	t.Helper()
+	cl = redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
+	slow = cl.MasterForSlot(t, 0)
+	slowKey = cl.KeyOn(t, slow, "slow")
 	for _, m := range cl.Nodes() {
 		if m != slow && m.Info(t, "replication")["role"] == "master" {
 			healthyKeys = append(healthyKeys, cl.KeyOn(t, m, "healthy"))
 		}
 	}
 	require.Len(t, healthyKeys, 2)
+	return cl, slow, slowKey, healthyKeys
+}
+
+func TestScenarioSlowMasterKeepsHealthyShards(t *testing.T) {
+	cl, slow, slowKey, healthyKeys := slowCluster(t)
 
 	var events []Event
 	var evMu sync.Mutex
@@ -259,15 +266,7 @@ func getCalls(t *testing.T, s *redistest.Server) int64 {
 // With ReadFromMasterPreferred, a slow master's reads move to its replica
 // once it is marked; its writes keep the slow-node limits.
 func TestScenarioSlowMasterReadsMoveToReplica(t *testing.T) {
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
-	slow := cl.MasterForSlot(t, 0)
-	slowKey := cl.KeyOn(t, slow, "slow")
-	var healthyKeys []string
-	for _, m := range cl.Nodes() {
-		if m != slow && m.Info(t, "replication")["role"] == "master" {
-			healthyKeys = append(healthyKeys, cl.KeyOn(t, m, "healthy"))
-		}
-	}
+	cl, slow, slowKey, healthyKeys := slowCluster(t)
 	var evMu sync.Mutex
 	var events []string
 	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred,

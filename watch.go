@@ -80,10 +80,7 @@ func (watchGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 				err = holdingErr(cmd)
 			}
 		}
-		for _, cmd := range cmds {
-			cmd.SetErr(err)
-		}
-		return err
+		return failBatch(cmds, err)
 	}
 }
 
