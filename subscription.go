@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -118,6 +119,12 @@ func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 func (s *subscriptions) dialSharded(ctx context.Context, network, addr string, next redis.DialHook) (net.Conn, error) {
 	dial := func(ctx context.Context, addr string, home bool) (*subscriptionConn, error) {
 		target, err := s.target(routeSlotOwner, addr)
+		if err == nil && s.avoiding(target) {
+			// It left a subscription's PING unanswered, and its breaker
+			// may not know: a hung node accepts the dial and never
+			// answers the handshake.
+			err = fmt.Errorf("%w (node %s left a PING unanswered)", ErrNodeUnavailable, target)
+		}
 		if err != nil && home && errors.Is(err, ErrNodeUnavailable) {
 			// The first connection carries only what go-redis sends
 			// besides the shard channels, which go to their own owners:

@@ -219,12 +219,13 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	lone := newTestClient(t, Config{Addrs: cl.Addrs()})
 
 	subs := map[string]*redis.PubSub{
-		"redisguard classic, no other traffic": lone.Subscribe(ctx, classic),
-		"redisguard classic":                   guard.Subscribe(ctx, classic),
-		"redisguard sharded":                   guard.SSubscribe(ctx, sharded),
-		"redisguard sharded, split":            guard.SSubscribe(ctx, splitHung, splitHealthy),
-		"go-redis classic":                     stock.Subscribe(ctx, classic),
-		"go-redis sharded":                     stock.SSubscribe(ctx, sharded),
+		"redisguard classic, no other traffic":        lone.Subscribe(ctx, classic),
+		"redisguard classic":                          guard.Subscribe(ctx, classic),
+		"redisguard sharded":                          guard.SSubscribe(ctx, sharded),
+		"redisguard sharded, split":                   guard.SSubscribe(ctx, splitHung, splitHealthy),
+		"redisguard sharded, split, no other traffic": lone.SSubscribe(ctx, splitHung, splitHealthy),
+		"go-redis classic":                            stock.Subscribe(ctx, classic),
+		"go-redis sharded":                            stock.SSubscribe(ctx, sharded),
 	}
 	logs := map[string]*subscriberLog{}
 	for name, ps := range subs {
@@ -299,6 +300,10 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	t.Logf("classic, default Config, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
 	t.Logf("redisguard, one SSubscribe over two masters: the hung master's channel from 1s after the promotion %s, the healthy master's from 1s after the breaker opened %s",
 		ratio(hs, hsTotal), ratio(ks, ksTotal))
+	lhs, lhsTotal := hungPub.received(logs["redisguard sharded, split, no other traffic"], loneFrom)
+	lks, lksTotal := healthyPub.received(logs["redisguard sharded, split, no other traffic"], loneFrom)
+	t.Logf("the same, default Config, subscription only, from 8s after the pause (go-redis refuses the subscription with CROSSSLOT): the hung master's channel %s, the healthy master's %s",
+		ratio(lhs, lhsTotal), ratio(lks, lksTotal))
 
 	want := pick(0.99, 0.97)
 	require.Positive(t, gcTotal)
@@ -309,6 +314,9 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	require.Positive(t, ksTotal)
 	assert.GreaterOrEqual(t, float64(hs)/float64(hsTotal), want, "a split subscription's channel did not follow the promotion")
 	assert.GreaterOrEqual(t, float64(ks)/float64(ksTotal), want, "a split subscription's healthy channel stopped with the hung one")
+	require.Positive(t, lhsTotal)
+	assert.GreaterOrEqual(t, float64(lhs)/float64(lhsTotal), want, "a subscription-only split subscription did not leave the hung node")
+	assert.GreaterOrEqual(t, float64(lks)/float64(lksTotal), want, "a subscription-only split subscription lost its healthy channel")
 	require.Positive(t, lcTotal)
 	assert.GreaterOrEqual(t, float64(lc)/float64(lcTotal), want, "a subscription-only client did not move off the hung node")
 

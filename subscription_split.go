@@ -70,6 +70,7 @@ type splitConn struct {
 	lost       map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
 	waiting    map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
 	retrying   bool                   // guarded by mu; retry is running
+	watching   bool                   // guarded by mu; watchLegs is running
 	partial    []byte                 // guarded by mu; the start of a command go-redis has not finished writing
 }
 
@@ -744,7 +745,56 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	c.legs = append(c.legs, l)
 	c.wg.Add(1)
 	go c.read(l)
+	if !c.watching {
+		c.watching = true
+		c.wg.Add(1)
+		go c.watchLegs()
+	}
 	return l, nil
+}
+
+// How often a connection of several legs looks for a quiet one, and how
+// long a leg may read nothing before it is pinged.
+const (
+	legCheckEvery = time.Second
+	legQuietAfter = 3 * time.Second
+)
+
+// watchLegs pings every leg that has read nothing for legQuietAfter, until
+// Close, once the connection has a second leg. go-redis's health check
+// pings only while the whole PubSub is quiet, which one busy leg prevents,
+// and a hung node's leg reads nothing but accepts what is written: a PING
+// that finds the previous one unanswered breaks the leg off
+// (subscriptionConn.unanswered), and its channels move (retire, or, for
+// the first leg, go-redis's redial). The PONGs are dropped.
+func (c *splitConn) watchLegs() {
+	defer c.wg.Done()
+	tick := time.NewTicker(legCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+		}
+		c.pingQuietLegs()
+	}
+}
+
+func (c *splitConn) pingQuietLegs() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.s.k.clock.Now().UnixNano()
+	for _, l := range slices.Clone(c.legs) {
+		if now-l.lastRead.Load() < int64(legQuietAfter) {
+			continue
+		}
+		l.pongs.Add(1)
+		_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
+		if _, err := l.Write(pingCmd); err != nil && l != c.home {
+			c.retire(l, err) // the first leg's reader fails the connection
+		}
+	}
 }
 
 // ownDeadline is the deadline for a write or dial: go-redis's while it is
