@@ -754,10 +754,12 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 }
 
 // How often a connection of several legs looks for a quiet one, and how
-// long a leg may read nothing before it is pinged.
+// long a leg may read nothing before it is pinged. A leg is found hung
+// ReadTimeout after its first unanswered PING (subscriptionConn.unanswered),
+// so within about ReadTimeout plus 2s of its node's last answer.
 const (
 	legCheckEvery = time.Second
-	legQuietAfter = 3 * time.Second
+	legQuietAfter = time.Second
 )
 
 // watchLegs pings every leg that has read nothing for legQuietAfter, until
