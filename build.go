@@ -97,7 +97,7 @@ type hookable interface {
 // go-redis appends innermost (on node clients, for a cluster client).
 //
 //	Standalone, Sentinel
-//	  ordinary    userLayer, [sentinelMaster], nodeGuard, facadeHook, subscriptionBudget, extensions
+//	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
 //	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
 //	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
 //	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
@@ -125,7 +125,9 @@ type hookable interface {
 //
 // In Standalone and Sentinel mode nodeGuard is outside facadeHook: it
 // already admits and scores the long calls facadeHook hands to the long
-// client, whose guards therefore have no breakers. In Cluster mode the node
+// client, whose guards therefore have no breakers. The two are one hook
+// there (nodeGuard.facade), which runs facadeHook's step right after its
+// own, so that a command passes one frame for both. In Cluster mode the node
 // is only known on the node clients, so nodeGuard sits there, inside every
 // cluster-level hook. One order for every mode would move the scoring of
 // Standalone blocking calls from the ordinary client's guard to the long
@@ -216,9 +218,11 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			// turned off, and keeps its one node.
 			g.follow = h.sentinel
 		}
+		if ordinary {
+			g.facade = h.facade.c
+		}
 		cl.AddHook(g)
 		if ordinary {
-			cl.AddHook(h.facade)
 			cl.AddHook(h.budget)
 		}
 		return cl
@@ -287,9 +291,12 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	default:
 		cl := redis.NewClient(uo.Simple())
 		cl.AddHook(h.user.layer(ordinary))
-		cl.AddHook(s.nodes.guard(cl.Options().Addr))
+		g := s.nodes.guard(cl.Options().Addr)
 		if ordinary {
-			cl.AddHook(h.facade)
+			g.facade = h.facade.c
+		}
+		cl.AddHook(g)
+		if ordinary {
 			cl.AddHook(h.budget)
 		}
 		return cl

@@ -30,29 +30,36 @@ type nodeSet struct {
 
 	mu    sync.Mutex
 	nodes map[string]*node // guarded by mu; entries are never removed
+	count atomic.Int32     // len(nodes), read without mu
 }
 
 // node is what the hot path needs for one address; everything is fixed at
 // creation, so the hook reads it without locks.
 type node struct {
+	// Read by every command, written rarely.
 	addr        string
 	br          *breaker.Breaker
-	unavailable error // the *NodeError returned while the breaker is open; shared, never mutated
-	exhausted   error // the *NodeError for a pool timeout on this node
-
+	unavailable error             // the *NodeError returned while the breaker is open; shared, never mutated
+	exhausted   error             // the *NodeError for a pool timeout on this node
+	slowRefused error             // the *NodeError for a command refused while marked slow
+	slow        atomic.Bool       // marked slow
+	slowLimit   atomic.Int64      // while marked: how many ordinary operations may wait on it at once
+	sampleMask  atomic.Uint32     // a command is timed when rand&sampleMask is 0 (slow.go)
+	watched     atomic.Bool       // always timed at the higher rate: its latency routes reads (ReadFromNearest)
 	sched       *breaker.Schedule // when to probe while the breaker is open
 	probing     atomic.Bool       // a prober goroutine owns the node
 	lastRefused atomic.Int64      // unix ns of a recent command refused by the open breaker
 
-	lat         outlier.Latency // sampled latency of its ordinary commands (slow.go)
-	slow        atomic.Bool     // marked slow
-	slowLimit   atomic.Int64    // while marked: how many ordinary operations may wait on it at once
-	slowWaiting atomic.Int64    // ordinary operations admitted while it is marked, in progress
-	slowRefused error           // the *NodeError for a command refused while marked slow
-	sampleMask  atomic.Uint32   // a command is timed when rand&sampleMask is 0 (slow.go)
-	watched     atomic.Bool     // always timed at the higher rate: its latency routes reads (ReadFromNearest)
+	// Written by the timed commands, and by every command: each on a cache
+	// line of its own, since sharing one with the fields above would make
+	// each core re-fetch those after every write of the other core.
+	_        [cacheLine]byte
+	lat      outlier.Latency // sampled latency of its ordinary commands (slow.go)
+	_        [cacheLine]byte
+	inFlight atomic.Int64 // guarded operations in progress, including those waiting for capacity
+	_        [cacheLine - 8]byte
 
-	inFlight        atomic.Int64  // guarded operations in progress, including those waiting for capacity
+	slowWaiting     atomic.Int64  // ordinary operations admitted while it is marked, in progress
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
 	outcomeUnknowns atomic.Uint64 // commands ended with ErrOutcomeUnknown
 	probes          atomic.Uint64 // recovery probes sent
@@ -91,6 +98,11 @@ func (n *node) idle(now time.Time) bool {
 	return now.UnixNano()-n.lastRefused.Load() > int64(probeIdleAfter)
 }
 
+// cacheLine is the size of a CPU cache line, a bound on how far apart two
+// fields must be for a write to one to leave the other in other cores'
+// caches.
+const cacheLine = 64
+
 // lookup returns the node for addr if it has one, creating nothing.
 func (s *nodeSet) lookup(addr string) (*node, bool) {
 	s.mu.Lock()
@@ -120,6 +132,7 @@ func (s *nodeSet) get(addr string) *node {
 	})
 	n.sched = breaker.NewSchedule(breaker.ScheduleSettings{Max: s.k.cfg.NodeRecoveryTime})
 	s.nodes[addr] = n
+	s.count.Add(1)
 	return n
 }
 
@@ -181,10 +194,15 @@ type nodeGuard struct {
 	// follow, set on a Sentinel client, names the node per command: the
 	// master's current address.
 	follow *sentinelMaster
+	// facade, set on the ordinary client in Standalone and Sentinel mode,
+	// is the Client whose facadeHook step (client.go) runs inside this
+	// hook, right after it, instead of in a hook of its own: one frame
+	// less for every command.
+	facade *Client
 }
 
 // node returns the node the next command is charged to.
-func (g nodeGuard) node() *node {
+func (g *nodeGuard) node() *node {
 	if g.follow != nil {
 		return g.follow.node()
 	}
@@ -196,6 +214,9 @@ func (g nodeGuard) node() *node {
 // subscription's dial is left alone: its error goes to the PubSub, past no
 // hook that would remove the marker.
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
+	if g.facade != nil {
+		next = facadeHook{g.facade}.DialHook(next)
+	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
 		if err != nil && isNetworkError(err) && !onStack(pubSubDialer) {
@@ -206,81 +227,163 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c, topo, slow := g.k, g.nodes.topo, g.nodes.slow
-	guarded := func(ctx context.Context, cmd redis.Cmder) error {
-		if isHandshake(cmd) {
-			return handshake(next(ctx, cmd), isHello(cmd))
+	ch := &guardChain{g: g, next: next, full: next}
+	if g.facade != nil {
+		ch.full = facadeHook{g.facade}.ProcessHook(next)
+	}
+	slow := g.nodes.slow
+	// The common command (ordinary, answered, not timed, on a closed
+	// breaker) takes the first path: one small frame between the caller and
+	// go-redis, since at hundreds of callers every byte a command adds to
+	// its goroutine's stack costs throughput in cache misses. Everything
+	// else takes guarded, and the rare outcomes run in functions of their
+	// own, with few arguments.
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		n := ch.g.node()
+		sampled := slow.sample(n)
+		if ch.unusual(n, cmd) {
+			return ch.guarded(ctx, cmd, n, sampled)
 		}
-		if c.closed.Load() {
-			// Close outranks the breaker. In Standalone and Sentinel mode
-			// this hook runs before facadeHook's own check.
-			return ErrClosed
-		}
-		n := g.node()
-		if n.slow.Load() && classifyCmd(cmd) == classOrdinary {
-			// Blocking commands wait by design and are not limited here.
-			if err := slow.admit(ctx, n); err != nil {
-				return err
-			}
-			defer n.slowWaiting.Add(-1)
+		if sampled {
+			return ch.admitted(ctx, cmd, n, true)
 		}
 		t, err := n.br.Allow()
 		if err != nil {
-			return g.fastFail(n)
+			return ch.g.fastFail(n)
 		}
 		n.inFlight.Add(1)
-		var start time.Time
-		sampled := slow.sample(n)
-		if sampled {
-			start = c.clock.Now()
-		}
-		err = next(ctx, cmd)
+		err = ch.next(ctx, cmd)
 		if err == nil || err == redis.Nil {
-			// The common answers, kept off the error-inspection path below.
 			n.inFlight.Add(-1)
 			n.br.Done(t, breaker.Success)
-			if sampled {
-				slow.observe(g.nodes, n, cmd, start)
-			}
 			return err
 		}
-		unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
-		if !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
-			err = next(ctx, cmd)
-		}
-		n.inFlight.Add(-1)
-		n.br.Done(t, g.outcome(n, ctx, err))
-		if err == nil || isRedisReply(err) {
-			return err
-		}
-		if unrepeatable {
-			// Not repeated here, and not by go-redis's cluster loop either,
-			// which finds no network error in what it gets (repeat.go).
-			return n.outcomeUnknown(cmd, err)
-		}
-		if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
-			n.noteExhausted(c)
-		}
-		return n.translate(err)
-	}
-	if topo == nil {
-		return guarded
-	}
-	n := g.n
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isClusterSlots(cmd) {
-			if n.br.State() == breaker.Open {
-				// Never spend a half-open node's single probe, or a full
-				// timeout, on a topology call: go-redis asks another node.
-				return n.unavailable
-			}
-			return topo.serve(ctx, cmd, guarded)
-		}
-		return guarded(ctx, cmd)
+		return ch.nextFailed(ctx, cmd, n, t, err)
 	}
 }
 
+// guardChain is a nodeGuard's process hook around one next.
+type guardChain struct {
+	g    nodeGuard
+	next redis.ProcessHook // the rest of go-redis's chain
+	full redis.ProcessHook // next, behind the facade's step when this hook runs it
+}
+
+// unusual reports whether cmd, for n, needs more than the common path of
+// ProcessHook: a handshake, a closed client, a node marked slow, a topology
+// call, or a command the facade hands elsewhere.
+//
+//go:noinline
+func (ch *guardChain) unusual(n *node, cmd redis.Cmder) bool {
+	g := &ch.g
+	return g.k.closed.Load() || n.slow.Load() || isHandshake(cmd) ||
+		(g.nodes.topo != nil && isClusterSlots(cmd)) ||
+		(g.facade != nil && classifyCmd(cmd) != classOrdinary)
+}
+
+// nextFailed is failed for an error straight from next, which the facade's
+// step, when this hook runs it, translates first.
+//
+//go:noinline
+func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
+	if ch.g.facade != nil {
+		err = ch.g.facade.translate(ctx, err)
+	}
+	return ch.failed(ctx, cmd, n, t, err)
+}
+
+// guarded is ProcessHook for every command but the common one. sampled says
+// the command is timed for slow-node marking.
+//
+//go:noinline
+func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
+	g, next := &ch.g, ch.full
+	if isHandshake(cmd) {
+		return handshake(next(ctx, cmd), isHello(cmd))
+	}
+	if g.k.closed.Load() {
+		// Close outranks the breaker. In Standalone and Sentinel mode
+		// this hook runs before the facade's own check.
+		return ErrClosed
+	}
+	if g.nodes.topo != nil && isClusterSlots(cmd) {
+		if n.br.State() == breaker.Open {
+			// Never spend a half-open node's single probe, or a full
+			// timeout, on a topology call: go-redis asks another node.
+			return n.unavailable
+		}
+		return g.nodes.topo.serve(ctx, cmd, func(ctx context.Context, cmd redis.Cmder) error {
+			return ch.admitted(ctx, cmd, n, false)
+		})
+	}
+	return ch.admitted(ctx, cmd, n, sampled)
+}
+
+// admitted runs cmd on n past the slow-node limit and the breaker.
+func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
+	g, next := &ch.g, ch.full
+	c, slow := g.k, g.nodes.slow
+	if n.slow.Load() && classifyCmd(cmd) == classOrdinary {
+		// Blocking commands wait by design and are not limited here.
+		if err := slow.admit(ctx, n); err != nil {
+			return err
+		}
+		defer n.slowWaiting.Add(-1)
+	}
+	t, err := n.br.Allow()
+	if err != nil {
+		return g.fastFail(n)
+	}
+	n.inFlight.Add(1)
+	var start time.Time
+	if sampled {
+		start = c.clock.Now()
+	}
+	err = next(ctx, cmd)
+	if err == nil || err == redis.Nil {
+		n.inFlight.Add(-1)
+		n.br.Done(t, breaker.Success)
+		if sampled {
+			slow.observe(g.nodes, n, cmd, start)
+		}
+		return err
+	}
+	return ch.failed(ctx, cmd, n, t, err)
+}
+
+// failed finishes a command that the chain behind this hook answered with
+// err, neither nil nor redis.Nil, and in the facade's terms: a command that
+// failed on a reset connection before it could have run is sent again, the
+// breaker is told, and the error is translated.
+//
+//go:noinline
+func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
+	g, next := &ch.g, ch.full
+	c := g.k
+	unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
+	if !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
+		err = next(ctx, cmd)
+	}
+	n.inFlight.Add(-1)
+	n.br.Done(t, g.outcome(n, ctx, err))
+	if err == nil || isRedisReply(err) {
+		return err
+	}
+	if unrepeatable {
+		// Not repeated here, and not by go-redis's cluster loop either,
+		// which finds no network error in what it gets (repeat.go).
+		return n.outcomeUnknown(cmd, err)
+	}
+	if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
+		n.noteExhausted(c)
+	}
+	return n.translate(err)
+}
+
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	if g.facade != nil {
+		next = facadeHook{g.facade}.ProcessPipelineHook(next)
+	}
 	c := g.k
 	// go-redis's cluster client sends each node's batch from a goroutine of
 	// its own, started for the batch, whose stack grows with the frames it
@@ -390,7 +493,7 @@ func batchAnswered(err error) bool {
 
 // outcome is outcome(ctx, err) for n, except that on a Sentinel client a
 // failed dial to another address than n's is not n's failure.
-func (g nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Outcome {
+func (g *nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Outcome {
 	o := outcome(ctx, err)
 	if o == breaker.Failure && g.follow != nil && g.follow.dialedElsewhere(n, err) {
 		return breaker.Neutral
@@ -417,7 +520,7 @@ func isNetworkError(err error) bool {
 }
 
 // fastFail is what a command gets while the node's breaker is open.
-func (g nodeGuard) fastFail(n *node) error {
+func (g *nodeGuard) fastFail(n *node) error {
 	g.nodes.refused(n)
 	if topo := g.nodes.topo; topo != nil {
 		topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
@@ -509,7 +612,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 // retry read timeouts, doubling how long a hung server holds each caller
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
-func (g nodeGuard) retryReset(ctx context.Context, err error) bool {
+func (g *nodeGuard) retryReset(ctx context.Context, err error) bool {
 	return (g.nodes.topo == nil || isUnansweredSetup(err)) && !g.k.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
 		contextDone(ctx) == nil
 }
