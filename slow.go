@@ -34,9 +34,9 @@ const slowEvalEvery = 250 * time.Millisecond
 // The commands whose latency is measured: one in 64 on a node that looks
 // fast, so that the two clock readings cost each command about a
 // nanosecond on average; one in four on a node whose latency is above
-// SlowNodeFloor, or that is marked, so that its mark is decided on enough
-// samples and ends soon after it is fast again, and on a node whose latency
-// routes reads (watch).
+// SlowNodeFloor among enough peers to be judged, or that is marked, so
+// that its mark is decided on enough samples and ends soon after it is
+// fast again, and on a node whose latency routes reads (watch).
 const (
 	sampleFast  = 63
 	sampleWatch = 3
@@ -69,7 +69,11 @@ func (s *slowNodes) observe(nodes *nodeSet, n *node, cmd redis.Cmder, start time
 	now := s.k.clock.Now()
 	n.lat.Observe(now, now.Sub(start))
 	mask := uint32(sampleFast)
-	if est, _, _, _ := n.lat.Estimate(); est > s.k.cfg.SlowNodeFloor || n.slow.Load() || n.watched.Load() {
+	// A node is judged only beside enough peers: alone (Standalone), above
+	// the floor it still cannot be marked, and its commands are not timed
+	// more often for that.
+	judged := nodes.count.Load() > outlier.MinPeers
+	if est, _, _, _ := n.lat.Estimate(); (judged && est > s.k.cfg.SlowNodeFloor) || n.slow.Load() || n.watched.Load() {
 		mask = sampleWatch
 	}
 	if n.sampleMask.Load() != mask {

@@ -211,3 +211,33 @@ func TestNodeGuardShedsForASlowNode(t *testing.T) {
 	a.slowWaiting.Store(5)
 	assert.NoError(t, pass(ctx, redis.NewStringCmd(ctx, "get", "k")))
 }
+
+// A node's commands are timed one in four above SlowNodeFloor only where it
+// can be judged: beside at least outlier.MinPeers other nodes. A lone
+// Standalone server, however slow, keeps the one-in-64 rate.
+func TestSlowNodeSampleRate(t *testing.T) {
+	cmd := redis.NewStringCmd(context.Background(), "get", "k")
+	for _, tt := range []struct {
+		name  string
+		addrs []string
+		want  uint32
+	}{
+		{"alone", []string{"a:1"}, sampleFast},
+		{"one peer", []string{"a:1", "b:1"}, sampleFast},
+		{"two peers", []string{"a:1", "b:1", "c:1"}, sampleWatch},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(slowEpoch)
+			resolved, err := Config{Addrs: []string{"a:1"}}.resolve()
+			require.NoError(t, err)
+			nodes := newNodeSet(newCore(resolved, clk), nil, func(context.Context, string, time.Duration) error { return nil })
+			t.Cleanup(nodes.close)
+			for _, a := range tt.addrs {
+				nodes.get(a)
+			}
+			n := nodes.get("a:1")
+			nodes.slow.observe(nodes, n, cmd, clk.Now().Add(-4*resolved.SlowNodeFloor))
+			assert.Equal(t, tt.want, n.sampleMask.Load())
+		})
+	}
+}

@@ -80,10 +80,10 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// minPeers is how many recently measured peers a node is judged against.
+// MinPeers is how many recently measured peers a node is judged against.
 // With one, a node only twice as loaded as the other would look slow; a
 // median of two or more is what "slower than its peers" needs.
-const minPeers = 2
+const MinPeers = 2
 
 // Node is one node as the detector sees it at an evaluation.
 type Node struct {
@@ -194,7 +194,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		if j.peer {
 			others--
 		}
-		if !j.fresh || others < minPeers {
+		if !j.fresh || others < MinPeers {
 			continue
 		}
 		if j.peer {
