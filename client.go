@@ -225,32 +225,49 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	c := h.c
 	maybeTx := c.adm.buildingWatch()
+	// The common batch (ordinary, answered) passes one small frame; the
+	// rest run in functions of their own (see nodeGuard.ProcessHook).
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if c.closed.Load() {
-			return failBatch(cmds, ErrClosed)
+		if c.closed.Load() || batchIsBlocking(cmds) {
+			return c.unusualBatch(ctx, cmds, maybeTx)
 		}
-		// A transaction (MULTI ... EXEC) is ordinary even with BLPOP inside:
-		// Redis never blocks within EXEC.
-		var err error
-		if batchIsBlocking(cmds) {
-			err = c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
-		} else {
-			err = next(ctx, cmds)
-			if c.topo == nil && batchAnswered(err) && c.undetected == nil {
-				// A single node's replies, all read: nothing to translate.
-				return err
-			}
+		err := next(ctx, cmds)
+		if err == nil || (c.topo == nil && batchAnswered(err) && c.undetected == nil) {
+			// A single node's replies, all read: nothing to translate.
+			return err
 		}
-		if err == nil {
-			return nil
-		}
-		for _, cmd := range cmds {
-			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
-				cmd.SetErr(c.translate(ctx, cerr))
-			}
-		}
-		return c.translate(ctx, err)
+		return translateBatch(ctx, cmds, err, c.translate)
 	}
+}
+
+// unusualBatch is the facade's step for a batch after Close, or one that
+// blocks: a transaction (MULTI ... EXEC) is ordinary even with BLPOP inside,
+// since Redis never blocks within EXEC; any other batch holding a blocking
+// command goes to the long budget.
+//
+//go:noinline
+func (c *Client) unusualBatch(ctx context.Context, cmds []redis.Cmder, maybeTx bool) error {
+	if c.closed.Load() {
+		return failBatch(cmds, ErrClosed)
+	}
+	err := c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
+	if err == nil {
+		return nil
+	}
+	return translateBatch(ctx, cmds, err, c.translate)
+}
+
+// translateBatch returns err, a batch's, through translate, and passes each
+// of its commands' errors through it too.
+//
+//go:noinline
+func translateBatch(ctx context.Context, cmds []redis.Cmder, err error, translate func(context.Context, error) error) error {
+	for _, cmd := range cmds {
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cmd.SetErr(translate(ctx, cerr))
+		}
+	}
+	return translate(ctx, err)
 }
 
 // translate maps what go-redis returns onto the documented error set. Redis

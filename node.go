@@ -384,41 +384,77 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	if g.facade != nil {
 		next = facadeHook{g.facade}.ProcessPipelineHook(next)
 	}
-	c := g.k
+	bc := &batchChain{g: g, next: next}
 	// go-redis's cluster client sends each node's batch from a goroutine of
 	// its own, started for the batch, whose stack grows with the frames it
 	// passes: the path to next is this one small frame, and the rare paths
 	// run in functions of their own.
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && isHandshake(cmds[0]) {
-			return handshake(next(ctx, cmds), false)
-		}
-		n := g.node()
-		if c.closed.Load() {
-			return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
-		}
-		if n.slow.Load() {
-			admitted, err := g.admitBatch(ctx, n, cmds)
-			if err != nil {
-				return failBatch(cmds, err)
-			}
-			if admitted {
-				defer n.slowWaiting.Add(-1)
-			}
+		n := bc.g.node()
+		if bc.unusual(n, cmds) {
+			return bc.guarded(ctx, cmds, n)
 		}
 		t, err := n.br.Allow()
 		if err != nil {
-			return g.refuseOpen(n, cmds)
+			return bc.g.refuseOpen(n, cmds)
 		}
 		n.inFlight.Add(1)
-		err = next(ctx, cmds)
+		err = bc.next(ctx, cmds)
 		if err == nil || err == redis.Nil {
 			n.inFlight.Add(-1)
 			n.br.Done(t, breaker.Success)
 			return err
 		}
-		return g.batchFailed(ctx, cmds, next, n, t, err)
+		return bc.g.batchFailed(ctx, cmds, bc.next, n, t, err)
 	}
+}
+
+// batchChain is a nodeGuard's pipeline hook around one next.
+type batchChain struct {
+	g    nodeGuard
+	next redis.ProcessPipelineHook
+}
+
+// unusual reports whether cmds, for n, need more than the common path of
+// ProcessPipelineHook: a handshake, a closed client or a node marked slow.
+//
+//go:noinline
+func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
+	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load()
+}
+
+// guarded is ProcessPipelineHook for the batches unusual picks out.
+//
+//go:noinline
+func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) error {
+	g, next := &bc.g, bc.next
+	if len(cmds) > 0 && isHandshake(cmds[0]) {
+		return handshake(next(ctx, cmds), false)
+	}
+	if g.k.closed.Load() {
+		return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
+	}
+	if n.slow.Load() {
+		admitted, err := g.admitBatch(ctx, n, cmds)
+		if err != nil {
+			return failBatch(cmds, err)
+		}
+		if admitted {
+			defer n.slowWaiting.Add(-1)
+		}
+	}
+	t, err := n.br.Allow()
+	if err != nil {
+		return g.refuseOpen(n, cmds)
+	}
+	n.inFlight.Add(1)
+	err = next(ctx, cmds)
+	if err == nil || err == redis.Nil {
+		n.inFlight.Add(-1)
+		n.br.Done(t, breaker.Success)
+		return err
+	}
+	return g.batchFailed(ctx, cmds, next, n, t, err)
 }
 
 // admitBatch waits for n, marked slow, to take cmds, unless they block

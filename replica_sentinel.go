@@ -267,10 +267,5 @@ func (r *replicas) translatedBatch(ctx context.Context, cmds []redis.Cmder, err 
 	if batchAnswered(err) || r.translate == nil {
 		return err
 	}
-	for _, cmd := range cmds {
-		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
-			cmd.SetErr(r.translate(ctx, cerr))
-		}
-	}
-	return r.translate(ctx, err)
+	return translateBatch(ctx, cmds, err, r.translate)
 }
