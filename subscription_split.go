@@ -634,7 +634,7 @@ func (c *splitConn) wait(ch string, err error) {
 	if !c.retrying {
 		c.retrying = true
 		c.wg.Add(1)
-		go c.retry()
+		go c.every(retryEvery, c.retry)
 	}
 }
 
@@ -642,11 +642,30 @@ func (c *splitConn) wait(ch string, err error) {
 const retryEvery = 100 * time.Millisecond
 
 // retry subscribes the waiting channels at their owners, asking for a slot
-// map refresh before each try, until none waits or the connection closes.
-// Like a socket's deadlines, its pace is the wall clock's.
-func (c *splitConn) retry() {
+// map refresh first, and reports whether any still waits. The connection
+// fails if a leg cannot be written.
+func (c *splitConn) retry() bool {
+	if c.s.topo != nil {
+		c.s.topo.trigger()
+	}
+	if err := c.retryOnce(); err != nil {
+		c.fail(err)
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiting) == 0 {
+		c.retrying = false
+		return false
+	}
+	return true
+}
+
+// every runs step every d, on the wall clock as a socket's deadlines do,
+// until Close or until step returns false. The caller has added it to wg.
+func (c *splitConn) every(d time.Duration, step func() bool) {
 	defer c.wg.Done()
-	tick := time.NewTicker(retryEvery)
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -654,20 +673,9 @@ func (c *splitConn) retry() {
 			return
 		case <-tick.C:
 		}
-		if c.s.topo != nil {
-			c.s.topo.trigger()
-		}
-		if err := c.retryOnce(); err != nil {
-			c.fail(err)
+		if !step() {
 			return
 		}
-		c.mu.Lock()
-		if len(c.waiting) == 0 {
-			c.retrying = false
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
 	}
 }
 
@@ -748,7 +756,7 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	if !c.watching {
 		c.watching = true
 		c.wg.Add(1)
-		go c.watchLegs()
+		go c.every(legCheckEvery, c.watchLegs)
 	}
 	return l, nil
 }
@@ -762,25 +770,16 @@ const (
 	legQuietAfter = time.Second
 )
 
-// watchLegs pings every leg that has read nothing for legQuietAfter, until
-// Close, once the connection has a second leg. go-redis's health check
-// pings only while the whole PubSub is quiet, which one busy leg prevents,
-// and a hung node's leg reads nothing but accepts what is written: a PING
-// that finds the previous one unanswered breaks the leg off
-// (subscriptionConn.unanswered), and its channels move (retire, or, for
-// the first leg, go-redis's redial). The PONGs are dropped.
-func (c *splitConn) watchLegs() {
-	defer c.wg.Done()
-	tick := time.NewTicker(legCheckEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-tick.C:
-		}
-		c.pingQuietLegs()
-	}
+// watchLegs, run every legCheckEvery until Close once the connection has a
+// second leg, pings every leg that has read nothing for legQuietAfter.
+// go-redis's health check pings only while the whole PubSub is quiet, which
+// one busy leg prevents, and a hung node's leg reads nothing but accepts
+// what is written: a PING that finds the previous one unanswered breaks the
+// leg off (subscriptionConn.unanswered), and its channels move (retire, or,
+// for the first leg, go-redis's redial). The PONGs are dropped.
+func (c *splitConn) watchLegs() bool {
+	c.pingQuietLegs()
+	return true
 }
 
 func (c *splitConn) pingQuietLegs() {
