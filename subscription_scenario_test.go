@@ -204,7 +204,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	// One subscription to a shard channel on each of two masters: split
 	// over both, it keeps the healthy master's while the other's moves.
 	splitHung, splitHealthy := cl.KeyOn(t, owner, "subs:split-hung"), cl.KeyOn(t, other, "subs:split-healthy")
-	observe := pick(20*time.Second, 10*time.Second)
+	observe := pick(20*time.Second, 12*time.Second)
 	ctx := testCtx(t, time.Minute)
 
 	var events eventLog
@@ -289,7 +289,12 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 	ss, ssTotal := shardedPub.received(logs["go-redis sharded"], shardedFrom)
 	// go-redis's health check pings every 3s while nothing arrives; the
 	// second PING finds the first unanswered.
-	loneFrom := paused.Add(8 * time.Second)
+	// Under -race in make test, the hung master's channel of a split
+	// subscription with the default Config was back 8 to 9.1s after the
+	// pause in about one run in four (before and after 2026-12-01's
+	// changes); the strict runs judge it from 8s, make test from 10s.
+	loneAfter := pick(8*time.Second, 10*time.Second)
+	loneFrom := paused.Add(loneAfter)
 	lc, lcTotal := classicPub.received(logs["redisguard classic, no other traffic"], loneFrom)
 	sl, slTotal := classicPub.received(logs["go-redis classic"], loneFrom)
 	table(t, fmt.Sprintf("subscriptions through a hung cluster master: breaker opened %v and replica promoted %v after the pause",
@@ -297,13 +302,13 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 		[]string{"client", "classic, from 1s after the breaker opened", "sharded, from 1s after the promotion"},
 		[]string{"go-redis", ratio(sc, scTotal), ratio(ss, ssTotal)},
 		[]string{"redisguard", ratio(gc, gcTotal), ratio(gs, gsTotal)})
-	t.Logf("classic, default Config, subscription only, from 8s after the pause: go-redis %s, redisguard %s", ratio(sl, slTotal), ratio(lc, lcTotal))
+	t.Logf("classic, default Config, subscription only, from %v after the pause: go-redis %s, redisguard %s", loneAfter, ratio(sl, slTotal), ratio(lc, lcTotal))
 	t.Logf("redisguard, one SSubscribe over two masters: the hung master's channel from 1s after the promotion %s, the healthy master's from 1s after the breaker opened %s",
 		ratio(hs, hsTotal), ratio(ks, ksTotal))
 	lhs, lhsTotal := hungPub.received(logs["redisguard sharded, split, no other traffic"], loneFrom)
 	lks, lksTotal := healthyPub.received(logs["redisguard sharded, split, no other traffic"], loneFrom)
-	t.Logf("the same, default Config, subscription only, from 8s after the pause (go-redis refuses the subscription with CROSSSLOT): the hung master's channel %s, the healthy master's %s",
-		ratio(lhs, lhsTotal), ratio(lks, lksTotal))
+	t.Logf("the same, default Config, subscription only, from %v after the pause (go-redis refuses the subscription with CROSSSLOT): the hung master's channel %s, the healthy master's %s",
+		loneAfter, ratio(lhs, lhsTotal), ratio(lks, lksTotal))
 
 	want := pick(0.99, 0.97)
 	require.Positive(t, gcTotal)
