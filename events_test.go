@@ -220,7 +220,11 @@ func TestPoolExhaustedEvent(t *testing.T) {
 	require.NoError(t, proxy.SetMode(faultproxy.Blackhole))
 	hung := make(chan error, 1)
 	go func() { hung <- c.Get(ctx, "k").Err() }()
-	require.Eventually(t, func() bool { return c.Stats().Nodes[0].InFlight == 1 }, 5*time.Second, time.Millisecond)
+	// Counted in flight before it takes the connection: wait for both, or
+	// the loop below could take the connection first.
+	require.Eventually(t, func() bool {
+		return c.Stats().Nodes[0].InFlight == 1 && c.PoolStats().IdleConns == 0
+	}, 5*time.Second, time.Millisecond)
 	st := c.Stats()
 	assert.Equal(t, 1, st.MaxConnections)
 	assert.Equal(t, 1, st.MaxLongConnections)
