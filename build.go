@@ -98,6 +98,7 @@ type hookable interface {
 //
 //	Standalone, Sentinel
 //	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
+//	              (Standalone: userLayer dials, user hooks+nodeGuard+facadeHook, ...)
 //	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
 //	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
 //	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
@@ -127,7 +128,10 @@ type hookable interface {
 // already admits and scores the long calls facadeHook hands to the long
 // client, whose guards therefore have no breakers. The two are one hook
 // there (nodeGuard.facade), which runs facadeHook's step right after its
-// own, so that a command passes one frame for both. In Cluster mode the node
+// own, so that a command passes one frame for both. In Standalone mode,
+// where nothing sits between the userLayer and the guard, the guard runs
+// the user's process and pipeline hooks too, outside itself and only while
+// there are any (nodeGuard.user). In Cluster mode the node
 // is only known on the node clients, so nodeGuard sits there, inside every
 // cluster-level hook. One order for every mode would move the scoring of
 // Standalone blocking calls from the ordinary client's guard to the long
@@ -290,10 +294,10 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
-		cl.AddHook(h.user.layer(ordinary))
+		cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
 		g := s.nodes.guard(cl.Options().Addr)
 		if ordinary {
-			g.facade = h.facade.c
+			g.facade, g.user = h.facade.c, h.user
 		}
 		cl.AddHook(g)
 		if ordinary {

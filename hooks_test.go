@@ -175,9 +175,40 @@ func TestAddHookSeesEveryCommand(t *testing.T) {
 func checkAddHook(t *testing.T, c *Client) {
 	ctx := testCtx(t, 30*time.Second)
 	require.Equal(t, redis.Nil, c.BLPop(ctx, 10*time.Millisecond, "hook:{q}").Err(), "builds the long client")
+	// Made before the hook: go-redis's own AddHook would not reach them,
+	// since they copy the client's hooks when made.
+	pipe, tx := c.Pipeline(), c.TxPipeline()
+	ap, err := c.AutoPipeline()
+	require.NoError(t, err)
+	defer ap.Close()
+	var conn *redis.Conn
+	if cl, ok := c.UniversalClient.(*redis.Client); ok {
+		conn = cl.Conn()
+		defer conn.Close()
+	}
 
 	rec := &recorder{}
 	c.AddHook(rec)
+
+	pipe.Get(ctx, "hook:{q}:missing")
+	pipe.Incr(ctx, "hook:{q}:made")
+	_, err = pipe.Exec(ctx)
+	require.Equal(t, redis.Nil, err)
+	tx.Decr(ctx, "hook:{q}:made")
+	_, err = tx.Exec(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "0", ap.Get(ctx, "hook:{q}:made").Val())
+	if conn != nil {
+		require.NoError(t, conn.Echo(ctx, "on a conn").Err())
+	}
+	cmds, pipes, _ := rec.seen()
+	assert.Equal(t, 1, count(pipes, "get incr"), "a Pipeline made before: %q", pipes)
+	assert.Equal(t, 1, count(pipes, "multi decr exec"), "a Tx made before: %q", pipes)
+	assert.Equal(t, 1, count(cmds, "get ok")+count(pipes, "get"), "an AutoPipeliner made before: %q %q", cmds, pipes)
+	if conn != nil {
+		assert.Equal(t, 1, count(cmds, "echo ok"), "a Conn made before: %q", cmds)
+	}
+	rec.reset()
 
 	require.NoError(t, c.Set(ctx, "hook:{q}:k", "v", 0).Err())
 	require.Equal(t, redis.Nil, c.Get(ctx, "hook:{q}:missing").Err())
@@ -188,7 +219,7 @@ func checkAddHook(t *testing.T, c *Client) {
 	cancel()
 	require.ErrorIs(t, blockedErr, context.DeadlineExceeded)
 
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, "hook:{q}:a", "1", 0)
 		p.Get(ctx, "hook:{q}:a")
 		return nil
@@ -205,7 +236,7 @@ func checkAddHook(t *testing.T, c *Client) {
 	})
 	require.Equal(t, redis.Nil, err, "a blocking batch")
 
-	cmds, pipes, _ := rec.seen()
+	cmds, pipes, _ = rec.seen()
 	assert.Equal(t, 1, count(cmds, "set ok"), "%q", cmds)
 	assert.Equal(t, 1, count(cmds, "get redis: nil"), "%q", cmds)
 	assert.Equal(t, 1, count(cmds, "blpop ok"), "%q", cmds)

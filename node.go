@@ -199,6 +199,11 @@ type nodeGuard struct {
 	// hook, right after it, instead of in a hook of its own: one frame
 	// less for every command.
 	facade *Client
+	// user, set on the ordinary client in Standalone mode, is the Client's
+	// AddHook hooks, which this hook runs outside itself while there are
+	// any, in place of the userLayer's process and pipeline steps: one
+	// frame less again.
+	user *userHooks
 }
 
 // node returns the node the next command is charged to.
@@ -231,31 +236,50 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	if g.facade != nil {
 		ch.full = facadeHook{g.facade}.ProcessHook(next)
 	}
-	slow := g.nodes.slow
-	// The common command (ordinary, answered, not timed, on a closed
-	// breaker) takes the first path: one small frame between the caller and
-	// go-redis, since at hundreds of callers every byte a command adds to
-	// its goroutine's stack costs throughput in cache misses. Everything
-	// else takes guarded, and the rare outcomes run in functions of their
-	// own, with few arguments.
+	if g.user == nil {
+		return ch.step(false)
+	}
+	ch.users = around(g.user, ch.step(false), func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	return ch.step(true)
+}
+
+// step is the guard's process hook. With outer, it first hands the command
+// to the user's hooks, if there are any, which end in step(false).
+//
+// The common command (ordinary, answered, on a closed breaker) takes the
+// first path: one small frame between the caller and go-redis, since at
+// hundreds of callers every byte a command adds to its goroutine's stack
+// costs throughput in cache misses. Everything else takes guarded, and the
+// rare outcomes run in functions of their own, with few arguments.
+func (ch *guardChain) step(outer bool) redis.ProcessHook {
+	slow := ch.g.nodes.slow
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if outer && ch.g.user.hooks.Load() != nil {
+			return ch.viaUser(ctx, cmd)
+		}
 		n := ch.g.node()
 		sampled := slow.sample(n)
 		if ch.unusual(n, cmd) {
 			return ch.guarded(ctx, cmd, n, sampled)
 		}
-		if sampled {
-			return ch.admitted(ctx, cmd, n, true)
-		}
 		t, err := n.br.Allow()
 		if err != nil {
 			return ch.g.fastFail(n)
+		}
+		// A timed command stays on this path too: taken by one command in
+		// 64, a deeper one would still grow every caller's stack.
+		var start time.Time
+		if sampled {
+			start = ch.g.k.clock.Now()
 		}
 		n.inFlight.Add(1)
 		err = ch.next(ctx, cmd)
 		if err == nil || err == redis.Nil {
 			n.inFlight.Add(-1)
 			n.br.Done(t, breaker.Success)
+			if sampled {
+				slow.observe(ch.g.nodes, n, cmd, start)
+			}
 			return err
 		}
 		return ch.nextFailed(ctx, cmd, n, t, err)
@@ -264,9 +288,17 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // guardChain is a nodeGuard's process hook around one next.
 type guardChain struct {
-	g    nodeGuard
-	next redis.ProcessHook // the rest of go-redis's chain
-	full redis.ProcessHook // next, behind the facade's step when this hook runs it
+	g     nodeGuard
+	next  redis.ProcessHook        // the rest of go-redis's chain
+	full  redis.ProcessHook        // next, behind the facade's step when this hook runs it
+	users func() redis.ProcessHook // with g.user: the user's hooks around step(false)
+}
+
+// viaUser runs cmd through the user's hooks, then the guard.
+//
+//go:noinline
+func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
+	return ch.users()(ctx, cmd)
 }
 
 // unusual reports whether cmd, for n, needs more than the common path of
@@ -385,11 +417,26 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		next = facadeHook{g.facade}.ProcessPipelineHook(next)
 	}
 	bc := &batchChain{g: g, next: next}
-	// go-redis's cluster client sends each node's batch from a goroutine of
-	// its own, started for the batch, whose stack grows with the frames it
-	// passes: the path to next is this one small frame, and the rare paths
-	// run in functions of their own.
+	if g.user == nil {
+		return bc.step(false)
+	}
+	bc.users = around(g.user, bc.step(false), func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		return h.ProcessPipelineHook(next)
+	})
+	return bc.step(true)
+}
+
+// step is the guard's pipeline hook; outer as for guardChain.step.
+//
+// go-redis's cluster client sends each node's batch from a goroutine of its
+// own, started for the batch, whose stack grows with the frames it passes:
+// the path to next is this one small frame, and the rare paths run in
+// functions of their own.
+func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if outer && bc.g.user.hooks.Load() != nil {
+			return bc.viaUser(ctx, cmds)
+		}
 		n := bc.g.node()
 		if bc.unusual(n, cmds) {
 			return bc.guarded(ctx, cmds, n)
@@ -411,8 +458,16 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // batchChain is a nodeGuard's pipeline hook around one next.
 type batchChain struct {
-	g    nodeGuard
-	next redis.ProcessPipelineHook
+	g     nodeGuard
+	next  redis.ProcessPipelineHook
+	users func() redis.ProcessPipelineHook // with g.user: the user's hooks around step(false)
+}
+
+// viaUser runs cmds through the user's hooks, then the guard.
+//
+//go:noinline
+func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
+	return bc.users()(ctx, cmds)
 }
 
 // unusual reports whether cmds, for n, need more than the common path of
