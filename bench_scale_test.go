@@ -28,21 +28,21 @@ import (
 // callers, pipeline length and cluster size, beside go-redis with its
 // defaults and with redisguard's options, plain and through AutoPipeline.
 // It regenerates the scale section of docs/performance.md and its charts.
-// REDISGUARD_BENCH_SCALE=1 runs it in full (about 15 minutes); =quick runs a
+// REDISGUARD_BENCH_SCALE=1 runs it in full (about 22 minutes); =quick runs a
 // short smoke version that checks the harness and writes nothing.
 //
 // Every cell interleaves the clients, so the shared machine's noise mostly
 // cancels. From 8 callers, as TestHealthyPathRatio does: a round runs each
-// client for one timed slice, in a random order, and each ratio is the
-// median over the rounds of one round's ratio. At one caller, where a
-// slice's rate depends more on the machine than on the client, one
-// goroutine calls the clients in turn (sideRates.alternate).
+// client for one timed slice, in a random order, and each ratio is a
+// trimmed mean over the rounds of one round's ratio (sideRates.ratio). At
+// one caller, where a slice's rate depends more on the machine than on the
+// client, one goroutine calls the clients in turn (sideRates.alternate).
 func TestBenchScale(t *testing.T) {
 	mode := os.Getenv("REDISGUARD_BENCH_SCALE")
 	if mode != "1" && mode != "quick" {
 		t.Skip("set REDISGUARD_BENCH_SCALE=1 (make bench-scale) to measure the cost curves")
 	}
-	p := scaleParams{rounds: 121, slice: 25 * time.Millisecond, calls: 20000, masters: []int{3, 6, 12}}
+	p := scaleParams{rounds: 181, slice: 25 * time.Millisecond, calls: 20000, masters: []int{3, 6, 12}}
 	if mode == "quick" {
 		p = scaleParams{rounds: 3, slice: 20 * time.Millisecond, calls: 200, masters: []int{3}}
 	}
@@ -98,10 +98,10 @@ type scaleCell struct {
 	n                  int // callers, or pipeline length
 	rate               [numSides]float64
 	p50, p99           [numSides]time.Duration
-	ratio              float64 // redisguard / go-redis (same options)
+	ratio, ratioSE     float64 // redisguard / go-redis (same options: both identical clients), and its standard error
 	control            float64 // control / go-redis (same options)
 	vsDefaults         float64 // redisguard / go-redis (defaults)
-	apRatio            float64 // AutoPipeline redisguard / AutoPipeline go-redis (same options); NaN if not run
+	apRatio, apSE      float64 // AutoPipeline redisguard / AutoPipeline go-redis (same options); NaN if not run
 	apVsDefaults       float64 // AutoPipeline redisguard / AutoPipeline go-redis (defaults)
 }
 
@@ -266,9 +266,12 @@ func measureCell(t *testing.T, p scaleParams, tg *scaleTarget, groups [][]int, o
 			m.slices(t, p, tg, g, op, pool, rng)
 		}
 	}
-	c := scaleCell{ratio: m.ratio(sideGuard, sideStock), control: m.ratio(sideControl, sideStock),
-		vsDefaults: m.ratio(sideGuard, sideDefaults),
-		apRatio:    m.ratio(sideAPGuard, sideAPStock), apVsDefaults: m.ratio(sideAPGuard, sideAPDefaults)}
+	var c scaleCell
+	c.ratio, c.ratioSE = m.ratio(sideGuard, sideStock, sideControl)
+	c.control, _ = m.ratio(sideControl, sideStock)
+	c.vsDefaults, _ = m.ratio(sideGuard, sideDefaults)
+	c.apRatio, c.apSE = m.ratio(sideAPGuard, sideAPStock)
+	c.apVsDefaults, _ = m.ratio(sideAPGuard, sideAPDefaults)
 	for s := range numSides {
 		c.rate[s] = math.NaN()
 		if len(m.rates[s]) > 0 {
@@ -329,18 +332,58 @@ func (m *sideRates) alternate(t *testing.T, p scaleParams, tg *scaleTarget, grou
 	}
 }
 
-// ratio is the median over rounds of a's rate over b's; NaN if either was
-// not measured.
-func (m *sideRates) ratio(a, b int) float64 {
-	ra, rb := m.rates[a], m.rates[b]
-	if len(ra) == 0 || len(ra) != len(rb) {
-		return math.NaN()
+// ratio compares a's rate with refs', round by round, against the geometric
+// mean of refs' rates in the round (two identical references halve the
+// noise their side adds): the mean of the rounds' log ratios, leaving out
+// the tenth of rounds at each end, where a slice that met a pause of the
+// machine lands. It also returns the estimate's standard error (from the
+// winsorized variance; NaN under three rounds), and NaN for both if a side
+// was not measured.
+func (m *sideRates) ratio(a int, refs ...int) (est, se float64) {
+	n := len(m.rates[a])
+	logs := make([]float64, n)
+	for _, r := range refs {
+		if n == 0 || len(m.rates[r]) != n {
+			return math.NaN(), math.NaN()
+		}
 	}
-	r := make([]float64, len(ra))
-	for i := range ra {
-		r[i] = ra[i] / rb[i]
+	for i := range logs {
+		logs[i] = math.Log(m.rates[a][i])
+		for _, r := range refs {
+			logs[i] -= math.Log(m.rates[r][i]) / float64(len(refs))
+		}
 	}
-	return median(r)
+	mean, se := trimmedMean(logs, 0.1)
+	return math.Exp(mean), math.Exp(mean) * se
+}
+
+// trimmedMean returns the mean of xs without the share trim of its values
+// at each end, and that mean's standard error (Tukey and McLaughlin: the
+// winsorized standard deviation over (1-2·trim)·√n; NaN under three values).
+func trimmedMean(xs []float64, trim float64) (mean, se float64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	g := int(trim * float64(n))
+	kept := s[g : n-g]
+	for _, x := range kept {
+		mean += x
+	}
+	mean /= float64(len(kept))
+	if n < 3 {
+		return mean, math.NaN()
+	}
+	var wmean, wvar float64
+	win := func(i int) float64 { return s[min(max(i, g), n-g-1)] }
+	for i := range s {
+		wmean += win(i)
+	}
+	wmean /= float64(n)
+	for i := range s {
+		wvar += (win(i) - wmean) * (win(i) - wmean)
+	}
+	wvar /= float64(n - 1)
+	return mean, math.Sqrt(wvar) / ((1 - 2*trim) * math.Sqrt(float64(n)))
 }
 
 // callerPool is the goroutines that make the calls of timed slices. They
@@ -348,10 +391,22 @@ func (m *sideRates) ratio(a, b int) float64 {
 // times calls rather than goroutine starts and the stack growth of each new
 // goroutine's first call (which, at 512 callers and a few calls per
 // goroutine per slice, cost a client with a deeper call stack up to 15%).
+//
+// Each caller waits for work and calls from callerDepth bytes down its
+// stack, as a net/http handler does (see serveFrom).
 type callerPool struct {
 	work []chan func(i int)
 	done sync.WaitGroup
 }
+
+// callerDepth is how far down its stack a caller makes its calls: where a
+// net/http handler starts, below the 1120-byte frame of the server's
+// per-connection goroutine (measured with Go 1.26: the handler function is
+// entered 1248 bytes down). From a bare goroutine, about 400 bytes down,
+// go-redis alone used its stack's first 4 KiB but for a few bytes, so any
+// client adding a frame ran on stacks twice as large, grown again after
+// every GC (docs/performance.md); from a handler's depth both use 8 KiB.
+const callerDepth = 1152
 
 // newCallerPool starts n callers, stopped when the test ends.
 func newCallerPool(t testing.TB, n int) *callerPool {
@@ -360,12 +415,7 @@ func newCallerPool(t testing.TB, n int) *callerPool {
 	for i := range p.work {
 		ch := make(chan func(int))
 		p.work[i] = ch
-		exited.Go(func() {
-			for fn := range ch {
-				fn(i)
-				p.done.Done()
-			}
-		})
+		exited.Go(func() { p.serveFrom(i, ch) })
 	}
 	t.Cleanup(func() {
 		for _, ch := range p.work {
@@ -375,6 +425,26 @@ func newCallerPool(t testing.TB, n int) *callerPool {
 	})
 	return p
 }
+
+// serveFrom runs caller i's work from below a frame of callerDepth bytes,
+// which stays on the stack while the caller waits, as the server's frame
+// stays under an idle keep-alive connection's handler.
+//
+//go:noinline
+func (p *callerPool) serveFrom(i int, work <-chan func(int)) {
+	var frame [callerDepth]byte
+	holdFrame(&frame, i)
+	for fn := range work {
+		fn(i)
+		p.done.Done()
+	}
+	holdFrame(&frame, i)
+}
+
+// holdFrame writes to frame, so that the compiler keeps it.
+//
+//go:noinline
+func holdFrame(frame *[callerDepth]byte, i int) { frame[i%callerDepth]++ }
 
 // run has every caller run fn with its index, and waits for them all.
 func (p *callerPool) run(fn func(i int)) {
@@ -534,7 +604,7 @@ func measureRefresh(t *testing.T, cfg Config, masters int) refreshCost {
 func (r *scaleReport) judge(fail func(format string, args ...any)) {
 	for _, c := range r.calls {
 		if c.ratio < 0.98 {
-			fail("%s %s at %d callers: redisguard/go-redis %.3f < 0.98 (control %.3f)", c.topology, c.workload, c.n, c.ratio, c.control)
+			fail("%s %s at %d callers: redisguard/go-redis %s < 0.98 (control %.3f)", c.topology, c.workload, c.n, withSE(c.ratio, c.ratioSE), c.control)
 		}
 		if c.workload == "GET" && c.apRatio < 0.95 {
 			fail("%s AutoPipeline GET at %d callers: redisguard/go-redis %.3f < 0.95", c.topology, c.n, c.apRatio)
@@ -542,7 +612,7 @@ func (r *scaleReport) judge(fail func(format string, args ...any)) {
 	}
 	for _, c := range r.pipes {
 		if c.n == 100 && c.ratio < 0.98 {
-			fail("%s pipeline of 100: redisguard/go-redis %.3f < 0.98 (control %.3f)", c.topology, c.ratio, c.control)
+			fail("%s pipeline of 100: redisguard/go-redis %s < 0.98 (control %.3f)", c.topology, withSE(c.ratio, c.ratioSE), c.control)
 		}
 	}
 	for _, c := range r.idle {
@@ -594,21 +664,21 @@ func (r *scaleReport) markdown() string {
 	b.WriteString("![GET throughput by callers](scale-throughput.svg)\n![ratio to go-redis by callers](scale-ratio.svg)\n![pipelines](scale-pipeline.svg)\n\n")
 
 	b.WriteString("### GET and SET by callers\n\n")
-	b.WriteString("Throughput in calls/s (median slice; at one caller, the inverse of the mean call time); ratio = redisguard ÷ go-redis with the same options (control: a second identical go-redis client, the run's resolution); AP = through `AutoPipeline()`; latency p50/p99 over every call of the cell.\n\n")
-	b.WriteString("| topology | op | callers | go-redis (defaults) | go-redis | redisguard | ratio (control) | vs defaults | p50 / p99 go-redis | p50 / p99 redisguard | AP go-redis (defaults) | AP go-redis | AP redisguard | AP ratio | AP vs defaults |\n")
+	b.WriteString("Throughput in calls/s (median slice; at one caller, the inverse of the mean call time); ratio = redisguard ÷ go-redis with the same options (the two identical clients), ± its standard error (control: one of those clients ÷ the other, the run's resolution); AP = through `AutoPipeline()`; latency p50/p99 over every call of the cell.\n\n")
+	b.WriteString("| topology | op | callers | go-redis (defaults) | go-redis | redisguard | ratio ± se (control) | vs defaults | p50 / p99 go-redis | p50 / p99 redisguard | AP go-redis (defaults) | AP go-redis | AP redisguard | AP ratio | AP vs defaults |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.calls {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %.3f (%.3f) | %.3f | %s / %s | %s / %s | %s | %s | %s | %.3f | %.3f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s (%.3f) | %.3f | %s / %s | %s / %s | %s | %s | %s | %s | %.3f |\n",
 			c.topology, c.workload, c.n, rate(c.rate[sideDefaults]), rate(c.rate[sideStock]), rate(c.rate[sideGuard]),
-			c.ratio, c.control, c.vsDefaults, dur(c.p50[sideStock]), dur(c.p99[sideStock]), dur(c.p50[sideGuard]), dur(c.p99[sideGuard]),
-			rate(c.rate[sideAPDefaults]), rate(c.rate[sideAPStock]), rate(c.rate[sideAPGuard]), c.apRatio, c.apVsDefaults)
+			withSE(c.ratio, c.ratioSE), c.control, c.vsDefaults, dur(c.p50[sideStock]), dur(c.p99[sideStock]), dur(c.p50[sideGuard]), dur(c.p99[sideGuard]),
+			rate(c.rate[sideAPDefaults]), rate(c.rate[sideAPStock]), rate(c.rate[sideAPGuard]), withSE(c.apRatio, c.apSE), c.apVsDefaults)
 	}
 
 	fmt.Fprintf(&b, "\n### Pipelines of GETs by length (%d callers)\n\n", 4*runtime.GOMAXPROCS(0))
-	b.WriteString("| topology | length | go-redis (defaults) | go-redis | redisguard | ratio (control) | vs defaults | p99 go-redis | p99 redisguard |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| topology | length | go-redis (defaults) | go-redis | redisguard | ratio ± se (control) | vs defaults | p99 go-redis | p99 redisguard |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.pipes {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.3f (%.3f) | %.3f | %s | %s |\n", c.topology, c.n,
-			rate(c.rate[sideDefaults]), rate(c.rate[sideStock]), rate(c.rate[sideGuard]), c.ratio, c.control, c.vsDefaults,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s (%.3f) | %.3f | %s | %s |\n", c.topology, c.n,
+			rate(c.rate[sideDefaults]), rate(c.rate[sideStock]), rate(c.rate[sideGuard]), withSE(c.ratio, c.ratioSE), c.control, c.vsDefaults,
 			dur(c.p99[sideStock]), dur(c.p99[sideGuard]))
 	}
 
@@ -678,6 +748,14 @@ func (r *scaleReport) charts() map[string]svgplot.Chart {
 		pipes.Series = append(pipes.Series, svgplot.Series{Name: tp, Y: ys})
 	}
 	return map[string]svgplot.Chart{"scale-throughput.svg": throughput, "scale-ratio.svg": ratio, "scale-pipeline.svg": pipes}
+}
+
+// withSE formats a ratio and, where there is one, its standard error.
+func withSE(v, se float64) string {
+	if math.IsNaN(se) {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.3f ± %.3f", v, se)
 }
 
 func rate(v float64) string {
