@@ -261,10 +261,10 @@ func BenchmarkHookPath(b *testing.B) {
 	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close() })
-	// The guard as the ordinary Standalone client carries it, the facade's
-	// step inside.
+	// The guard as the ordinary Standalone client carries it: the facade's
+	// step inside, the user's hooks (none) outside.
 	guard := c.nodes.guard("127.0.0.1:1")
-	guard.facade = c
+	guard.facade, guard.user = c, c.hooks.user
 	ctx := context.Background()
 
 	b.Run("ordinary", func(b *testing.B) {
@@ -275,10 +275,12 @@ func BenchmarkHookPath(b *testing.B) {
 			_ = process(ctx, cmd)
 		}
 	})
-	b.Run("ordinary-with-user-layer", func(b *testing.B) {
-		// The layer that runs AddHook's hooks, with none added: what every
-		// command pays for the possibility.
-		process := c.hooks.user.layer(true).ProcessHook(guard.ProcessHook(func(context.Context, redis.Cmder) error { return nil }))
+	b.Run("ordinary-with-a-user-hook", func(b *testing.B) {
+		// One AddHook hook that only calls on.
+		hooked := guard
+		hooked.user = &userHooks{}
+		hooked.user.add(hookFuncs{process: func(next redis.ProcessHook) redis.ProcessHook { return next }})
+		process := hooked.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 		cmd := redis.NewStringCmd(ctx, "get", "key")
 		b.ReportAllocs()
 		for b.Loop() {
