@@ -128,7 +128,7 @@ func (l userLayer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	if !l.commands {
 		return next
 	}
-	get := around(l.u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	get := l.u.process(next)
 	return func(ctx context.Context, cmd redis.Cmder) error { return get()(ctx, cmd) }
 }
 
@@ -136,10 +136,22 @@ func (l userLayer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	if !l.commands {
 		return next
 	}
-	get := around(l.u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	get := l.u.pipeline(next)
+	return func(ctx context.Context, cmds []redis.Cmder) error { return get()(ctx, cmds) }
+}
+
+// process returns a function that gives next wrapped in u's current process
+// hooks (see around); the userLayer and, in Standalone mode, the node guard
+// run the user's hooks through it.
+func (u *userHooks) process(next redis.ProcessHook) func() redis.ProcessHook {
+	return around(u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+}
+
+// pipeline is process for pipeline hooks.
+func (u *userHooks) pipeline(next redis.ProcessPipelineHook) func() redis.ProcessPipelineHook {
+	return around(u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 		return h.ProcessPipelineHook(next)
 	})
-	return func(ctx context.Context, cmds []redis.Cmder) error { return get()(ctx, cmds) }
 }
 
 // around returns a function that gives next wrapped in u's current hooks,

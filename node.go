@@ -239,7 +239,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	if g.user == nil {
 		return ch.step(false)
 	}
-	ch.users = around(g.user, ch.step(false), func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	ch.users = g.user.process(ch.step(false))
 	return ch.step(true)
 }
 
@@ -250,7 +250,10 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // first path: one small frame between the caller and go-redis, since at
 // hundreds of callers every byte a command adds to its goroutine's stack
 // costs throughput in cache misses. Everything else takes guarded, and the
-// rare outcomes run in functions of their own, with few arguments.
+// rare outcomes run in functions of their own, with few arguments. Not
+// inlined: the closure inlined into ProcessHook gets a larger frame.
+//
+//go:noinline
 func (ch *guardChain) step(outer bool) redis.ProcessHook {
 	slow := ch.g.nodes.slow
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -420,9 +423,7 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	if g.user == nil {
 		return bc.step(false)
 	}
-	bc.users = around(g.user, bc.step(false), func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-		return h.ProcessPipelineHook(next)
-	})
+	bc.users = g.user.pipeline(bc.step(false))
 	return bc.step(true)
 }
 
@@ -431,7 +432,9 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // go-redis's cluster client sends each node's batch from a goroutine of its
 // own, started for the batch, whose stack grows with the frames it passes:
 // the path to next is this one small frame, and the rare paths run in
-// functions of their own.
+// functions of their own. Not inlined, as guardChain.step.
+//
+//go:noinline
 func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if outer && bc.g.user.hooks.Load() != nil {
