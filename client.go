@@ -204,40 +204,51 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c := h.c
-	maybeTx := c.adm.buildingWatch()
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if c.closed.Load() {
-			return ErrClosed
-		}
-		// One classification per command; ordinary ones go straight on.
-		if class := classifyCmd(cmd); class != classOrdinary {
-			return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
-		}
-		err := next(ctx, cmd)
-		if err == nil {
-			return nil
-		}
-		return c.translate(ctx, err)
+	c, maybeTx := h.c, h.c.adm.buildingWatch()
+	return func(ctx context.Context, cmd redis.Cmder) error { return c.process(ctx, cmd, next, maybeTx) }
+}
+
+// process is the facade's step for cmd, before next: it refuses cmd after
+// Close, hands a long command to the long budget and translates errors.
+// maybeTx is what buildingWatch said when the chain was built.
+func (c *Client) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, maybeTx bool) error {
+	if c.closed.Load() {
+		return ErrClosed
 	}
+	// One classification per command; ordinary ones go straight on.
+	if class := classifyCmd(cmd); class != classOrdinary {
+		return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
+	}
+	err := next(ctx, cmd)
+	if err == nil {
+		return nil
+	}
+	return c.translate(ctx, err)
 }
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	c := h.c
-	maybeTx := c.adm.buildingWatch()
-	// The common batch (ordinary, answered) passes one small frame; the
-	// rest run in functions of their own (see nodeGuard.ProcessHook).
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if c.closed.Load() || batchIsBlocking(cmds) {
-			return c.unusualBatch(ctx, cmds, maybeTx)
-		}
-		err := next(ctx, cmds)
-		if err == nil || (c.topo == nil && batchAnswered(err) && c.undetected == nil) {
-			// A single node's replies, all read: nothing to translate.
-			return err
-		}
-		return translateBatch(ctx, cmds, err, c.translate)
+	c, maybeTx := h.c, h.c.adm.buildingWatch()
+	return func(ctx context.Context, cmds []redis.Cmder) error { return c.processBatch(ctx, cmds, next, maybeTx) }
+}
+
+// processBatch is process for a batch. The common batch (ordinary,
+// answered) passes no frame of its own; the rest run in functions of their
+// own (see nodeGuard.ProcessHook).
+func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, maybeTx bool) error {
+	if c.closed.Load() || batchIsBlocking(cmds) {
+		return c.unusualBatch(ctx, cmds, maybeTx)
 	}
+	return c.batchDone(ctx, cmds, next(ctx, cmds))
+}
+
+// batchDone returns err, what next answered a batch of ordinary commands,
+// in redisguard's terms.
+func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, err error) error {
+	if err == nil || (c.topo == nil && batchAnswered(err) && c.undetected == nil) {
+		// A single node's replies, all read: nothing to translate.
+		return err
+	}
+	return translateBatch(ctx, cmds, err, c.translate)
 }
 
 // unusualBatch is the facade's step for a batch after Close, or one that

@@ -118,9 +118,9 @@ type userLayer struct {
 }
 
 func (l userLayer) DialHook(next redis.DialHook) redis.DialHook {
-	get := around(l.u, next, func(h redis.Hook, next redis.DialHook) redis.DialHook { return h.DialHook(next) })
+	w := around(l.u, next, func(h redis.Hook, next redis.DialHook) redis.DialHook { return h.DialHook(next) })
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return get()(ctx, network, addr)
+		return w.get()(ctx, network, addr)
 	}
 }
 
@@ -128,59 +128,74 @@ func (l userLayer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	if !l.commands {
 		return next
 	}
-	get := l.u.process(next)
-	return func(ctx context.Context, cmd redis.Cmder) error { return get()(ctx, cmd) }
+	w := l.u.process(next)
+	return func(ctx context.Context, cmd redis.Cmder) error { return w.get()(ctx, cmd) }
 }
 
 func (l userLayer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	if !l.commands {
 		return next
 	}
-	get := l.u.pipeline(next)
-	return func(ctx context.Context, cmds []redis.Cmder) error { return get()(ctx, cmds) }
+	w := l.u.pipeline(next)
+	return func(ctx context.Context, cmds []redis.Cmder) error { return w.get()(ctx, cmds) }
 }
 
-// process returns a function that gives next wrapped in u's current process
-// hooks (see around); the userLayer and, in Standalone mode, the node guard
-// run the user's hooks through it.
-func (u *userHooks) process(next redis.ProcessHook) func() redis.ProcessHook {
+// process returns next wrapped in u's current process hooks (see wrapped);
+// the userLayer and, in Standalone mode, the node guard run the user's
+// hooks through it.
+func (u *userHooks) process(next redis.ProcessHook) *wrapped[redis.ProcessHook] {
 	return around(u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
 }
 
 // pipeline is process for pipeline hooks.
-func (u *userHooks) pipeline(next redis.ProcessPipelineHook) func() redis.ProcessPipelineHook {
+func (u *userHooks) pipeline(next redis.ProcessPipelineHook) *wrapped[redis.ProcessPipelineHook] {
 	return around(u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 		return h.ProcessPipelineHook(next)
 	})
 }
 
-// around returns a function that gives next wrapped in u's current hooks,
-// the first outermost. The chain is built once per snapshot and cached, so
-// a command costs an atomic load or two and allocates nothing. wrap may
-// return nil, which go-redis reads as "this hook leaves the step alone".
-func around[F any](u *userHooks, next F, wrap func(redis.Hook, F) F) func() F {
-	type chain struct {
-		from *[]redis.Hook
-		fn   F
+// wrapped is next wrapped in u's current hooks, the first outermost. The
+// chain is built once per snapshot of the hooks and cached, so a command
+// costs an atomic load or two and allocates nothing. wrap, which must
+// capture nothing, may return nil, which go-redis reads as "this hook
+// leaves the step alone".
+//
+// One allocation: go-redis's AutoPipeliner builds its client's hook chain
+// again for every batch it sends, and so every hook's chain with it.
+type wrapped[F any] struct {
+	u    *userHooks
+	next F
+	wrap func(redis.Hook, F) F
+	cur  atomic.Pointer[userChain[F]]
+}
+
+// userChain is a chain that wrapped built, and the hooks it was built from.
+type userChain[F any] struct {
+	from *[]redis.Hook
+	fn   F
+}
+
+func around[F any](u *userHooks, next F, wrap func(redis.Hook, F) F) *wrapped[F] {
+	return &wrapped[F]{u: u, next: next, wrap: wrap}
+}
+
+// get returns the chain for u's current hooks.
+func (w *wrapped[F]) get() F {
+	hooks := w.u.hooks.Load()
+	if hooks == nil {
+		return w.next
 	}
-	var cur atomic.Pointer[chain]
-	return func() F {
-		hooks := u.hooks.Load()
-		if hooks == nil {
-			return next
-		}
-		if c := cur.Load(); c != nil && c.from == hooks {
-			return c.fn
-		}
-		fn := next
-		for i := len(*hooks) - 1; i >= 0; i-- {
-			if w := wrap((*hooks)[i], fn); !isNilFunc(w) {
-				fn = w
-			}
-		}
-		cur.Store(&chain{from: hooks, fn: fn})
-		return fn
+	if c := w.cur.Load(); c != nil && c.from == hooks {
+		return c.fn
 	}
+	fn := w.next
+	for i := len(*hooks) - 1; i >= 0; i-- {
+		if h := w.wrap((*hooks)[i], fn); !isNilFunc(h) {
+			fn = h
+		}
+	}
+	w.cur.Store(&userChain[F]{from: hooks, fn: fn})
+	return fn
 }
 
 // isNilFunc reports whether f, one of go-redis's hook function types, is nil.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -152,6 +153,22 @@ func TestUserLayerAllocatesNothing(t *testing.T) {
 	u.add(hookFuncs{process: func(next redis.ProcessHook) redis.ProcessHook { return next }})
 	_ = process(ctx, cmd) // builds the chain once
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = process(ctx, cmd) }), "one hook")
+}
+
+// go-redis's AutoPipeliner builds its client's hook chain again for every
+// batch it sends, and for every command it sends alone: the hooks of the
+// Standalone ordinary client allocate at most twice each to build.
+func TestHookChainsBuildInTwoAllocations(t *testing.T) {
+	srv := miniredis.RunT(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr()}})
+	g := c.nodes.guard(srv.Addr())
+	g.facade, g.user = c, c.hooks.user
+	process := func(context.Context, redis.Cmder) error { return nil }
+	pipeline := func(context.Context, []redis.Cmder) error { return nil }
+	for name, hook := range map[string]redis.Hook{"guard": g, "user layer": c.hooks.user.layer(true), "facade": facadeHook{c}} {
+		assert.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = hook.ProcessHook(process) }), 2.0, name)
+		assert.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = hook.ProcessPipelineHook(pipeline) }), 2.0, name)
+	}
 }
 
 // A hook added with AddHook, even after the first blocking call built the

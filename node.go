@@ -231,77 +231,118 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+// ProcessHook allocates twice: go-redis's AutoPipeliner builds its
+// client's hook chain again for every command it sends alone.
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	ch := &guardChain{g: g, next: next, full: next}
+	ch := &guardChain{g: g, next: next}
 	if g.facade != nil {
-		ch.full = facadeHook{g.facade}.ProcessHook(next)
+		ch.maybeTx = g.facade.adm.buildingWatch()
 	}
-	if g.user == nil {
-		return ch.step(false)
-	}
-	ch.users = g.user.process(ch.step(false))
-	return ch.step(true)
+	return ch.step(g.user != nil)
 }
 
 // step is the guard's process hook. With outer, it first hands the command
 // to the user's hooks, if there are any, which end in step(false).
 //
-// The common command (ordinary, answered, on a closed breaker) takes the
-// first path: one small frame between the caller and go-redis, since at
-// hundreds of callers every byte a command adds to its goroutine's stack
-// costs throughput in cache misses. Everything else takes guarded, and the
-// rare outcomes run in functions of their own, with few arguments. Not
-// inlined: the closure inlined into ProcessHook gets a larger frame.
+// The common command (ordinary, answered, on a closed breaker, untimed)
+// takes the first path: one small frame between the caller and go-redis,
+// since at hundreds of callers every stack line a command writes is likely
+// a cache miss (docs/performance.md, "Stack"). The command timed for
+// slow-node marking, one in 64, runs in timed, one frame further down;
+// everything else takes guarded, and the rare outcomes run in functions of
+// their own, with few arguments. Not inlined: the closure inlined into
+// ProcessHook gets a larger frame.
 //
 //go:noinline
 func (ch *guardChain) step(outer bool) redis.ProcessHook {
-	slow := ch.g.nodes.slow
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if outer && ch.g.user.hooks.Load() != nil {
 			return ch.viaUser(ctx, cmd)
 		}
 		n := ch.g.node()
-		sampled := slow.sample(n)
 		if ch.unusual(n, cmd) {
-			return ch.guarded(ctx, cmd, n, sampled)
+			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
 		}
-		t, err := n.br.Allow()
+		if ch.g.nodes.slow.sample(n) {
+			return ch.timed(ctx, cmd, n)
+		}
+		t, err := n.admit()
 		if err != nil {
 			return ch.g.fastFail(n)
 		}
-		// A timed command stays on this path too: taken by one command in
-		// 64, a deeper one would still grow every caller's stack.
-		var start time.Time
-		if sampled {
-			start = ch.g.k.clock.Now()
-		}
-		n.inFlight.Add(1)
-		err = ch.next(ctx, cmd)
-		if err == nil || err == redis.Nil {
-			n.inFlight.Add(-1)
-			n.br.Done(t, breaker.Success)
-			if sampled {
-				slow.observe(ch.g.nodes, n, cmd, start)
-			}
-			return err
+		if err = ch.next(ctx, cmd); err == nil {
+			n.succeeded(t)
+			return nil
 		}
 		return ch.nextFailed(ctx, cmd, n, t, err)
 	}
 }
 
+// timed is step's common path for a command timed for slow-node marking.
+//
+//go:noinline
+func (ch *guardChain) timed(ctx context.Context, cmd redis.Cmder, n *node) error {
+	t, err := n.admit()
+	if err != nil {
+		return ch.g.fastFail(n)
+	}
+	start := ch.g.k.clock.Now()
+	err = ch.next(ctx, cmd)
+	if err == nil || err == redis.Nil {
+		n.succeeded(t)
+		ch.g.nodes.slow.observe(ch.g.nodes, n, cmd, start)
+		return err
+	}
+	return ch.nextFailed(ctx, cmd, n, t, err)
+}
+
+// admit asks n's breaker to let an operation through and, if it does,
+// counts the operation in flight until succeeded or failed ends it.
+func (n *node) admit() (breaker.Ticket, error) {
+	t, err := n.br.Allow()
+	if err == nil {
+		n.inFlight.Add(1)
+	}
+	return t, err
+}
+
+// succeeded ends an admitted operation that was answered (nil or
+// redis.Nil), reporting the success to the breaker.
+func (n *node) succeeded(t breaker.Ticket) {
+	n.inFlight.Add(-1)
+	n.br.Done(t, breaker.Success)
+}
+
 // guardChain is a nodeGuard's process hook around one next.
 type guardChain struct {
-	g     nodeGuard
-	next  redis.ProcessHook        // the rest of go-redis's chain
-	full  redis.ProcessHook        // next, behind the facade's step when this hook runs it
-	users func() redis.ProcessHook // with g.user: the user's hooks around step(false)
+	g    nodeGuard
+	next redis.ProcessHook // the rest of go-redis's chain
+	// maybeTx, with g.facade, is what the facade's buildingWatch said when
+	// the chain was built.
+	maybeTx bool
+	// users, with g.user, is the user's hooks around step(false), built
+	// for the first command that meets a user hook.
+	users atomic.Pointer[wrapped[redis.ProcessHook]]
+}
+
+// full runs next behind the facade's step, when this hook runs it.
+func (ch *guardChain) full(ctx context.Context, cmd redis.Cmder) error {
+	if ch.g.facade == nil {
+		return ch.next(ctx, cmd)
+	}
+	return ch.g.facade.process(ctx, cmd, ch.next, ch.maybeTx)
 }
 
 // viaUser runs cmd through the user's hooks, then the guard.
 //
 //go:noinline
 func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
-	return ch.users()(ctx, cmd)
+	w := ch.users.Load()
+	if w == nil {
+		ch.users.CompareAndSwap(nil, ch.g.user.process(ch.step(false)))
+		w = ch.users.Load()
+	}
+	return w.get()(ctx, cmd)
 }
 
 // unusual reports whether cmd, for n, needs more than the common path of
@@ -316,11 +357,16 @@ func (ch *guardChain) unusual(n *node, cmd redis.Cmder) bool {
 		(g.facade != nil && classifyCmd(cmd) != classOrdinary)
 }
 
-// nextFailed is failed for an error straight from next, which the facade's
-// step, when this hook runs it, translates first.
+// nextFailed ends a command that next answered with err, not nil: as a
+// success for redis.Nil, else as failed does, after the facade's step, when
+// this hook runs it, has translated err.
 //
 //go:noinline
 func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
+	if err == redis.Nil {
+		n.succeeded(t)
+		return err
+	}
 	if ch.g.facade != nil {
 		err = ch.g.facade.translate(ctx, err)
 	}
@@ -332,9 +378,9 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 //
 //go:noinline
 func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
-	g, next := &ch.g, ch.full
+	g := &ch.g
 	if isHandshake(cmd) {
-		return handshake(next(ctx, cmd), isHello(cmd))
+		return handshake(ch.full(ctx, cmd), isHello(cmd))
 	}
 	if g.k.closed.Load() {
 		// Close outranks the breaker. In Standalone and Sentinel mode
@@ -356,7 +402,7 @@ func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sam
 
 // admitted runs cmd on n past the slow-node limit and the breaker.
 func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
-	g, next := &ch.g, ch.full
+	g := &ch.g
 	c, slow := g.k, g.nodes.slow
 	if n.slow.Load() && classifyCmd(cmd) == classOrdinary {
 		// Blocking commands wait by design and are not limited here.
@@ -365,19 +411,17 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 		}
 		defer n.slowWaiting.Add(-1)
 	}
-	t, err := n.br.Allow()
+	t, err := n.admit()
 	if err != nil {
 		return g.fastFail(n)
 	}
-	n.inFlight.Add(1)
 	var start time.Time
 	if sampled {
 		start = c.clock.Now()
 	}
-	err = next(ctx, cmd)
+	err = ch.full(ctx, cmd)
 	if err == nil || err == redis.Nil {
-		n.inFlight.Add(-1)
-		n.br.Done(t, breaker.Success)
+		n.succeeded(t)
 		if sampled {
 			slow.observe(g.nodes, n, cmd, start)
 		}
@@ -393,11 +437,11 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 //
 //go:noinline
 func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
-	g, next := &ch.g, ch.full
+	g := &ch.g
 	c := g.k
 	unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
 	if !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
-		err = next(ctx, cmd)
+		err = ch.full(ctx, cmd)
 	}
 	n.inFlight.Add(-1)
 	n.br.Done(t, g.outcome(n, ctx, err))
@@ -415,16 +459,14 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 	return n.translate(err)
 }
 
+// ProcessPipelineHook allocates twice: go-redis's AutoPipeliner builds its
+// client's hook chain again for every batch it sends.
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	if g.facade != nil {
-		next = facadeHook{g.facade}.ProcessPipelineHook(next)
-	}
 	bc := &batchChain{g: g, next: next}
-	if g.user == nil {
-		return bc.step(false)
+	if g.facade != nil {
+		bc.maybeTx = g.facade.adm.buildingWatch()
 	}
-	bc.users = g.user.pipeline(bc.step(false))
-	return bc.step(true)
+	return bc.step(g.user != nil)
 }
 
 // step is the guard's pipeline hook; outer as for guardChain.step.
@@ -444,50 +486,78 @@ func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 		if bc.unusual(n, cmds) {
 			return bc.guarded(ctx, cmds, n)
 		}
-		t, err := n.br.Allow()
+		t, err := n.admit()
 		if err != nil {
 			return bc.g.refuseOpen(n, cmds)
 		}
-		n.inFlight.Add(1)
-		err = bc.next(ctx, cmds)
-		if err == nil || err == redis.Nil {
-			n.inFlight.Add(-1)
-			n.br.Done(t, breaker.Success)
-			return err
+		if err = bc.next(ctx, cmds); err == nil {
+			n.succeeded(t)
+			return nil
 		}
-		return bc.g.batchFailed(ctx, cmds, bc.next, n, t, err)
+		return bc.nextFailed(ctx, cmds, n, t, err)
 	}
 }
 
 // batchChain is a nodeGuard's pipeline hook around one next.
 type batchChain struct {
-	g     nodeGuard
-	next  redis.ProcessPipelineHook
-	users func() redis.ProcessPipelineHook // with g.user: the user's hooks around step(false)
+	g       nodeGuard
+	next    redis.ProcessPipelineHook
+	maybeTx bool                                               // as for guardChain
+	users   atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
+}
+
+// full runs next behind the facade's step, when this hook runs it.
+func (bc *batchChain) full(ctx context.Context, cmds []redis.Cmder) error {
+	if bc.g.facade == nil {
+		return bc.next(ctx, cmds)
+	}
+	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.maybeTx)
 }
 
 // viaUser runs cmds through the user's hooks, then the guard.
 //
 //go:noinline
 func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
-	return bc.users()(ctx, cmds)
+	w := bc.users.Load()
+	if w == nil {
+		bc.users.CompareAndSwap(nil, bc.g.user.pipeline(bc.step(false)))
+		w = bc.users.Load()
+	}
+	return w.get()(ctx, cmds)
 }
 
 // unusual reports whether cmds, for n, need more than the common path of
-// ProcessPipelineHook: a handshake, a closed client or a node marked slow.
+// ProcessPipelineHook: a handshake, a closed client, a node marked slow, or
+// a batch the facade hands to the long budget.
 //
 //go:noinline
 func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
-	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load()
+	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() ||
+		(bc.g.facade != nil && batchIsBlocking(cmds))
+}
+
+// nextFailed ends a batch that next answered with err, not nil, once the
+// facade, when this hook runs it, has taken err in its terms.
+//
+//go:noinline
+func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *node, t breaker.Ticket, err error) error {
+	if bc.g.facade != nil {
+		err = bc.g.facade.batchDone(ctx, cmds, err)
+	}
+	if err == nil || err == redis.Nil {
+		n.succeeded(t)
+		return err
+	}
+	return bc.g.batchFailed(ctx, cmds, bc.full, n, t, err)
 }
 
 // guarded is ProcessPipelineHook for the batches unusual picks out.
 //
 //go:noinline
 func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) error {
-	g, next := &bc.g, bc.next
+	g := &bc.g
 	if len(cmds) > 0 && isHandshake(cmds[0]) {
-		return handshake(next(ctx, cmds), false)
+		return handshake(bc.full(ctx, cmds), false)
 	}
 	if g.k.closed.Load() {
 		return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
@@ -501,18 +571,16 @@ func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) 
 			defer n.slowWaiting.Add(-1)
 		}
 	}
-	t, err := n.br.Allow()
+	t, err := n.admit()
 	if err != nil {
 		return g.refuseOpen(n, cmds)
 	}
-	n.inFlight.Add(1)
-	err = next(ctx, cmds)
+	err = bc.full(ctx, cmds)
 	if err == nil || err == redis.Nil {
-		n.inFlight.Add(-1)
-		n.br.Done(t, breaker.Success)
+		n.succeeded(t)
 		return err
 	}
-	return g.batchFailed(ctx, cmds, next, n, t, err)
+	return g.batchFailed(ctx, cmds, bc.full, n, t, err)
 }
 
 // admitBatch waits for n, marked slow, to take cmds, unless they block
