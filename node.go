@@ -36,15 +36,16 @@ type nodeSet struct {
 // node is what the hot path needs for one address; everything is fixed at
 // creation, so the hook reads it without locks.
 type node struct {
-	// Read by every command, written rarely.
-	addr        string
+	// Read by every command, written rarely; the first three together, so
+	// that a command reads one cache line of its node.
 	br          *breaker.Breaker
+	slow        atomic.Bool   // marked slow
+	sampleMask  atomic.Uint32 // a command is timed when rand&sampleMask is 0 (slow.go)
+	addr        string
 	unavailable error             // the *NodeError returned while the breaker is open; shared, never mutated
 	exhausted   error             // the *NodeError for a pool timeout on this node
 	slowRefused error             // the *NodeError for a command refused while marked slow
-	slow        atomic.Bool       // marked slow
 	slowLimit   atomic.Int64      // while marked: how many ordinary operations may wait on it at once
-	sampleMask  atomic.Uint32     // a command is timed when rand&sampleMask is 0 (slow.go)
 	watched     atomic.Bool       // always timed at the higher rate: its latency routes reads (ReadFromNearest)
 	sched       *breaker.Schedule // when to probe while the breaker is open
 	probing     atomic.Bool       // a prober goroutine owns the node
@@ -234,7 +235,7 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook allocates twice: go-redis's AutoPipeliner builds its
 // client's hook chain again for every command it sends alone.
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	ch := &guardChain{g: g, next: next}
+	ch := &guardChain{g: g, next: next, slow: g.nodes.slow, cluster: g.nodes.topo != nil}
 	if g.facade != nil {
 		ch.maybeTx = g.facade.adm.buildingWatch()
 	}
@@ -261,9 +262,9 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 		}
 		n := ch.g.node()
 		if ch.unusual(n, cmd) {
-			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
+			return ch.guarded(ctx, cmd, n, ch.slow.sample(n))
 		}
-		if ch.g.nodes.slow.sample(n) {
+		if ch.slow.sample(n) {
 			return ch.timed(ctx, cmd, n)
 		}
 		t, err := n.admit()
@@ -317,6 +318,9 @@ func (n *node) succeeded(t breaker.Ticket) {
 type guardChain struct {
 	g    nodeGuard
 	next redis.ProcessHook // the rest of go-redis's chain
+	// What the common path reads of g.nodes, copied: one cache line less.
+	slow    *slowNodes
+	cluster bool // g.nodes.topo != nil
 	// maybeTx, with g.facade, is what the facade's buildingWatch said when
 	// the chain was built.
 	maybeTx bool
@@ -353,7 +357,7 @@ func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
 func (ch *guardChain) unusual(n *node, cmd redis.Cmder) bool {
 	g := &ch.g
 	return g.k.closed.Load() || n.slow.Load() || isHandshake(cmd) ||
-		(g.nodes.topo != nil && isClusterSlots(cmd)) ||
+		(ch.cluster && isClusterSlots(cmd)) ||
 		(g.facade != nil && classifyCmd(cmd) != classOrdinary)
 }
 
