@@ -28,7 +28,7 @@ import (
 // callers, pipeline length and cluster size, beside go-redis with its
 // defaults and with redisguard's options, plain and through AutoPipeline.
 // It regenerates the scale section of docs/performance.md and its charts.
-// REDISGUARD_BENCH_SCALE=1 runs it in full (about 25 minutes); =quick runs a
+// REDISGUARD_BENCH_SCALE=1 runs it in full (about 35 minutes); =quick runs a
 // short smoke version that checks the harness and writes nothing.
 //
 // Every cell interleaves the clients, so the shared machine's noise mostly
@@ -42,7 +42,7 @@ func TestBenchScale(t *testing.T) {
 	if mode != "1" && mode != "quick" {
 		t.Skip("set REDISGUARD_BENCH_SCALE=1 (make bench-scale) to measure the cost curves")
 	}
-	p := scaleParams{rounds: 181, pipeRounds: 362, slice: 25 * time.Millisecond, calls: 20000, masters: []int{3, 6, 12}}
+	p := scaleParams{rounds: 241, pipeRounds: 482, slice: 25 * time.Millisecond, calls: 20000, masters: []int{3, 6, 12}}
 	if mode == "quick" {
 		p = scaleParams{rounds: 3, pipeRounds: 3, slice: 20 * time.Millisecond, calls: 200, masters: []int{3}}
 	}

@@ -231,9 +231,9 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error { return c.processBatch(ctx, cmds, next, maybeTx) }
 }
 
-// processBatch is process for a batch. The common batch (ordinary,
-// answered) passes no frame of its own; the rest run in functions of their
-// own (see nodeGuard.ProcessHook).
+// processBatch is process for a batch. A batch after Close, or one that
+// blocks, and a failed one run in functions of their own (see
+// nodeGuard.ProcessHook).
 func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, maybeTx bool) error {
 	if c.closed.Load() || batchIsBlocking(cmds) {
 		return c.unusualBatch(ctx, cmds, maybeTx)
