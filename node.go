@@ -248,7 +248,7 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // The common command (ordinary, answered, on a closed breaker, untimed)
 // takes the first path: one small frame between the caller and go-redis,
 // since at hundreds of callers every stack line a command writes is likely
-// a cache miss (docs/performance.md, "Stack"). The command timed for
+// a cache miss (docs/performance.md, "What costs what"). The command timed for
 // slow-node marking, one in 64, runs in timed, one frame further down;
 // everything else takes guarded, and the rare outcomes run in functions of
 // their own, with few arguments. Not inlined: the closure inlined into
