@@ -612,7 +612,7 @@ func (r *scaleReport) judge(fail func(format string, args ...any)) {
 			fail("%s %s at %d callers: redisguard/go-redis %s < 0.98 (control %.3f)", c.topology, c.workload, c.n, withSE(c.ratio, c.ratioSE), c.control)
 		}
 		if c.workload == "GET" && c.apRatio < 0.95 {
-			fail("%s AutoPipeline GET at %d callers: redisguard/go-redis %.3f < 0.95", c.topology, c.n, c.apRatio)
+			fail("%s AutoPipeline GET at %d callers: redisguard/go-redis %s < 0.95", c.topology, c.n, withSE(c.apRatio, c.apSE))
 		}
 	}
 	for _, c := range r.pipes {

@@ -235,7 +235,7 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook allocates twice: go-redis's AutoPipeliner builds its
 // client's hook chain again for every command it sends alone.
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	ch := &guardChain{g: g, next: next, slow: g.nodes.slow, cluster: g.nodes.topo != nil}
+	ch := &guardChain{g: g, next: next}
 	if g.facade != nil {
 		ch.maybeTx = g.facade.adm.buildingWatch()
 	}
@@ -262,9 +262,9 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 		}
 		n := ch.g.node()
 		if ch.unusual(n, cmd) {
-			return ch.guarded(ctx, cmd, n, ch.slow.sample(n))
+			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
 		}
-		if ch.slow.sample(n) {
+		if ch.g.nodes.slow.sample(n) {
 			return ch.timed(ctx, cmd, n)
 		}
 		t, err := n.admit()
@@ -318,9 +318,6 @@ func (n *node) succeeded(t breaker.Ticket) {
 type guardChain struct {
 	g    nodeGuard
 	next redis.ProcessHook // the rest of go-redis's chain
-	// What the common path reads of g.nodes, copied: one cache line less.
-	slow    *slowNodes
-	cluster bool // g.nodes.topo != nil
 	// maybeTx, with g.facade, is what the facade's buildingWatch said when
 	// the chain was built.
 	maybeTx bool
@@ -357,7 +354,7 @@ func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
 func (ch *guardChain) unusual(n *node, cmd redis.Cmder) bool {
 	g := &ch.g
 	return g.k.closed.Load() || n.slow.Load() || isHandshake(cmd) ||
-		(ch.cluster && isClusterSlots(cmd)) ||
+		(g.nodes.topo != nil && isClusterSlots(cmd)) ||
 		(g.facade != nil && classifyCmd(cmd) != classOrdinary)
 }
 
