@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -386,6 +387,10 @@ func isHandshake(cmd redis.Cmder) bool {
 	return namedLikeHandshake(cmd) && onStack(connInit)
 }
 
+// handshakeNames are the names of the commands go-redis sends while
+// initialising a connection.
+var handshakeNames = []string{"AUTH", "HELLO", "CLIENT", "SELECT", "READONLY"}
+
 // namedLikeHandshake reports whether cmd's name is one of the handshake's.
 func namedLikeHandshake(cmd redis.Cmder) bool {
 	args := cmd.Args()
@@ -393,20 +398,54 @@ func namedLikeHandshake(cmd redis.Cmder) bool {
 		return false
 	}
 	name, ok := args[0].(string)
+	return ok && slices.ContainsFunc(handshakeNames, func(h string) bool { return equalFoldUpper(name, h) })
+}
+
+// notPlain holds, by length, the names plainCommand turns away: the
+// handshake's, CLUSTER (whose SLOTS the topology serves), and every name
+// that commandsByLen gives a class other than ordinary.
+var notPlain = func() [len(commandsByLen)][]string {
+	var t [len(commandsByLen)][]string
+	add := func(name string) { t[len(name)] = append(t[len(name)], name) }
+	for _, name := range handshakeNames {
+		add(name)
+	}
+	add("CLUSTER")
+	for _, ks := range commandsByLen {
+		for _, k := range ks {
+			switch commandKind(k.kind) {
+			case kindMulti, kindExec, kindDiscard: // ordinary as single commands
+			default:
+				add(k.name)
+			}
+		}
+	}
+	return t
+}()
+
+// plainCommand reports whether args, a command's arguments, surely name a
+// command that needs nothing of the node guard beyond its common path: no
+// handshake, no topology call, nothing the facade sends to the long budget.
+// It is the guard's one look at a command, so it reads the name once and
+// only as a string, which is how every go-redis helper names its command;
+// any other form, and an empty list, report false, for the exact checks.
+func plainCommand(args []interface{}) bool {
+	if len(args) == 0 {
+		return false
+	}
+	name, ok := args[0].(string)
 	if !ok {
 		return false
 	}
-	switch len(name) {
-	case 4:
-		return strings.EqualFold(name, "auth")
-	case 5:
-		return strings.EqualFold(name, "hello")
-	case 6:
-		return strings.EqualFold(name, "client") || strings.EqualFold(name, "select")
-	case 8:
-		return strings.EqualFold(name, "readonly")
+	if len(name) >= len(notPlain) {
+		return true
 	}
-	return false
+	for _, np := range notPlain[len(name)] {
+		if equalFoldUpper(name, np) {
+			return false
+		}
+	}
+	return true
 }
 
 // isHello reports whether cmd, a handshake command, is HELLO.

@@ -343,6 +343,71 @@ func TestClassifyTypedCommands(t *testing.T) {
 	}
 }
 
+// TestPlainCommand checks which commands, as go-redis's typed methods and
+// Do build them, take the node guard's common path (plainCommand), and that
+// every name the exact checks single out, in any case, does not.
+func TestPlainCommand(t *testing.T) {
+	ctx := context.Background()
+	c, h := newCaptureClient(t)
+	plain := map[string]func() redis.Cmder{
+		"Get":     func() redis.Cmder { return c.Get(ctx, "k") },
+		"Set":     func() redis.Cmder { return c.Set(ctx, "k", "blpop", 0) },
+		"HSet":    func() redis.Cmder { return c.HSet(ctx, "h", "f", "v") },
+		"Incr":    func() redis.Cmder { return c.Incr(ctx, "n") },
+		"MGet":    func() redis.Cmder { return c.MGet(ctx, "a", "b") },
+		"HGetAll": func() redis.Cmder { return c.HGetAll(ctx, "h") },
+		"EvalSha": func() redis.Cmder { return c.EvalSha(ctx, "0123", []string{"k"}) },
+		"XAdd":    func() redis.Cmder { return c.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"BLOCK", "0"}}) },
+		"Publish": func() redis.Cmder { return c.Publish(ctx, "ch", "subscribe") },
+		"Do GET":  func() redis.Cmder { return c.Do(ctx, "GET", "k") },
+	}
+	for name, run := range plain {
+		h.cmd = nil
+		cmd := run()
+		require.Same(t, cmd, h.cmd, name)
+		assert.True(t, plainCommand(cmd.Args()), "%s: args %v", name, cmd.Args())
+	}
+	notPlainCmds := map[string]func() redis.Cmder{
+		"BLPop":               func() redis.Cmder { return c.BLPop(ctx, 0, "q") },
+		"XRead without BLOCK": func() redis.Cmder { return c.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "0"}, Block: -1}) },
+		"Wait":                func() redis.Cmder { return c.Wait(ctx, 1, time.Second) },
+		"WaitAOF":             func() redis.Cmder { return c.WaitAOF(ctx, 1, 0, time.Second) },
+		"ClusterSlots":        func() redis.Cmder { return c.ClusterSlots(ctx) },
+		"ClusterInfo":         func() redis.Cmder { return c.ClusterInfo(ctx) },
+		"Select":              func() redis.Cmder { return c.Do(ctx, "select", 1) },
+		"ClientID":            func() redis.Cmder { return c.ClientID(ctx) },
+		"ReadOnly":            func() redis.Cmder { return c.ReadOnly(ctx) },
+		"Do bytes name":       func() redis.Cmder { return c.Do(ctx, []byte("GET"), "k") },
+		"Do no name":          func() redis.Cmder { return c.Do(ctx) },
+	}
+	for name, run := range notPlainCmds {
+		cmd := run()
+		assert.False(t, plainCommand(cmd.Args()), "%s: args %v", name, cmd.Args())
+	}
+	var names []string
+	names = append(names, handshakeNames...)
+	for _, ks := range commandsByLen {
+		for _, k := range ks {
+			names = append(names, k.name)
+		}
+	}
+	for _, name := range names {
+		for _, form := range []string{name, strings.ToLower(name), asciiCase(name, true)} {
+			args := []interface{}{form, "x", "0"}
+			cmd := redis.NewCmd(ctx, args...)
+			special := namedLikeHandshake(cmd) || classifyArgs([]interface{}{form, "k", "0", "BLOCK", "0", "STREAMS", "s", "0"}) != classOrdinary
+			switch strings.ToUpper(name) {
+			case "MULTI", "EXEC", "DISCARD": // ordinary as single commands
+				assert.False(t, special, form)
+				assert.True(t, plainCommand(args), form)
+			default:
+				assert.True(t, special, form)
+				assert.False(t, plainCommand(args), form)
+			}
+		}
+	}
+}
+
 // teeConn copies everything the client writes, so a test can read the
 // commands go-redis put on the wire.
 type teeConn struct {
@@ -729,6 +794,12 @@ func FuzzClassify(f *testing.F) {
 
 		cmd := redis.NewCmd(context.Background(), args...)
 		require.Equal(t, got, classifyCmd(cmd))
+		if plainCommand(args) {
+			// The node guard's one look is never wrong the other way.
+			require.Equal(t, classOrdinary, got, "args %#v", args)
+			require.False(t, namedLikeHandshake(cmd), "args %#v", args)
+			require.False(t, isClusterSlots(cmd), "args %#v", args)
+		}
 		require.Equal(t, again, repeatable(cmd))
 		require.Equal(t, got != classOrdinary, batchIsBlocking([]redis.Cmder{cmd}))
 		tx := []redis.Cmder{redis.NewCmd(context.Background(), "multi"), cmd, redis.NewCmd(context.Background(), "exec")}

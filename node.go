@@ -245,10 +245,12 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // step is the guard's process hook. With outer, it first hands the command
 // to the user's hooks, if there are any, which end in step(false).
 //
-// The common command (ordinary, answered, on a closed breaker, untimed)
-// takes the first path: one small frame between the caller and go-redis,
-// since at hundreds of callers every stack line a command writes is likely
-// a cache miss (docs/performance.md, "What costs what"). The command timed for
+// The common command (plain by its name, answered, on a closed breaker,
+// untimed) takes the first path: one small frame between the caller and
+// go-redis, since at hundreds of callers every stack line a command writes
+// is likely a cache miss, and few calls, each of which costs more than its
+// instructions there (docs/performance.md, "What costs what"): one look at
+// the command (plainCommand) and a breaker read inlined. The command timed for
 // slow-node marking, one in 64, runs in timed, one frame further down;
 // everything else takes guarded, and the rare outcomes run in functions of
 // their own, with few arguments. Not inlined: the closure inlined into
@@ -261,7 +263,7 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 			return ch.viaUser(ctx, cmd)
 		}
 		n := ch.g.node()
-		if ch.unusual(n, cmd) {
+		if ch.g.k.closed.Load() || n.slow.Load() || !plainCommand(cmd.Args()) {
 			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
 		}
 		if ch.g.nodes.slow.sample(n) {
@@ -311,7 +313,7 @@ func (n *node) admit() (breaker.Ticket, error) {
 // redis.Nil), reporting the success to the breaker.
 func (n *node) succeeded(t breaker.Ticket) {
 	n.inFlight.Add(-1)
-	n.br.Done(t, breaker.Success)
+	n.br.Succeeded(t)
 }
 
 // guardChain is a nodeGuard's process hook around one next.
@@ -344,18 +346,6 @@ func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
 		w = ch.users.Load()
 	}
 	return w.get()(ctx, cmd)
-}
-
-// unusual reports whether cmd, for n, needs more than the common path of
-// ProcessHook: a handshake, a closed client, a node marked slow, a topology
-// call, or a command the facade hands elsewhere.
-//
-//go:noinline
-func (ch *guardChain) unusual(n *node, cmd redis.Cmder) bool {
-	g := &ch.g
-	return g.k.closed.Load() || n.slow.Load() || isHandshake(cmd) ||
-		(g.nodes.topo != nil && isClusterSlots(cmd)) ||
-		(g.facade != nil && classifyCmd(cmd) != classOrdinary)
 }
 
 // nextFailed ends a command that next answered with err, not nil: as a

@@ -144,6 +144,23 @@ func (b *Breaker) Allow() (Ticket, error) {
 // Done reports the outcome of a call that Allow let through. Report each
 // ticket once. Results from an earlier generation are dropped.
 func (b *Breaker) Done(t Ticket, o Outcome) {
+	if o == Success {
+		b.Succeeded(t)
+		return
+	}
+	b.done(t, o)
+}
+
+// Succeeded is Done(t, Success). Its common case, a Closed breaker of t's
+// generation with no failure counted, changes nothing: Succeeded decides it
+// with one read, and is small enough to be inlined into its caller.
+func (b *Breaker) Succeeded(t Ticket) {
+	if b.word.Load() != closedWord(t.gen) {
+		b.done(t, Success) // a disabled breaker's tickets never match: see firstGen
+	}
+}
+
+func (b *Breaker) done(t Ticket, o Outcome) {
 	if b.disabled {
 		return
 	}

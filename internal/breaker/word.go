@@ -20,6 +20,9 @@ func pack(s State, failures, gen uint32) uint64 {
 	return uint64(gen)<<genShift | uint64(failures&failureMask)<<stateBits | uint64(s)&stateMask
 }
 
+// closedWord is pack(Closed, 0, gen), cheap enough for Done's inlined path.
+func closedWord(gen uint32) uint64 { return uint64(gen) << genShift }
+
 func stateOf(w uint64) State     { return State(w & stateMask) }
 func failuresOf(w uint64) uint32 { return uint32(w>>stateBits) & failureMask }
 func genOf(w uint64) uint32      { return uint32(w >> genShift) }
