@@ -203,9 +203,16 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+// ProcessHook is the Cluster client's: a plain command (plainCommand), the
+// common one, goes on from the hook's own frame, as in the node guard.
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	c, maybeTx := h.c, h.c.adm.buildingWatch()
-	return func(ctx context.Context, cmd redis.Cmder) error { return c.process(ctx, cmd, next, maybeTx) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c.closed.Load() || !plainCommand(cmd.Args()) {
+			return c.process(ctx, cmd, next, maybeTx)
+		}
+		return c.answered(ctx, next(ctx, cmd))
+	}
 }
 
 // process is the facade's step for cmd, before next: it refuses cmd after
@@ -219,7 +226,12 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, next redis.Proces
 	if class := classifyCmd(cmd); class != classOrdinary {
 		return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
 	}
-	err := next(ctx, cmd)
+	return c.answered(ctx, next(ctx, cmd))
+}
+
+// answered returns err, what next answered an ordinary command, in
+// redisguard's terms.
+func (c *Client) answered(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
