@@ -20,7 +20,7 @@ func pack(s State, failures, gen uint32) uint64 {
 	return uint64(gen)<<genShift | uint64(failures&failureMask)<<stateBits | uint64(s)&stateMask
 }
 
-// closedWord is pack(Closed, 0, gen), cheap enough for Done's inlined path.
+// closedWord is pack(Closed, 0, gen), cheap enough for Succeeded to inline.
 func closedWord(gen uint32) uint64 { return uint64(gen) << genShift }
 
 func stateOf(w uint64) State     { return State(w & stateMask) }
