@@ -155,8 +155,9 @@ func TestUserLayerAllocatesNothing(t *testing.T) {
 }
 
 // go-redis's AutoPipeliner builds its client's hook chain again for every
-// batch it sends, and for every command it sends alone: the hooks of the
-// Standalone ordinary client allocate at most twice each to build.
+// batch it sends, and for every command it sends alone: the ordinary
+// client's hooks (the Standalone guard and user layer, the Cluster facade)
+// allocate at most twice each to build.
 func TestHookChainsBuildInTwoAllocations(t *testing.T) {
 	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}}) // never dialled
 	g := c.nodes.guard("127.0.0.1:1")

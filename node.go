@@ -250,7 +250,8 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // go-redis, since at hundreds of callers every stack line a command writes
 // is likely a cache miss, and few calls, each of which costs more than its
 // instructions there (docs/performance.md, "What costs what"): one look at
-// the command (plainCommand) and a breaker read inlined. The command timed for
+// the command (plainCommand), and the breaker's report decided with one
+// read (Breaker.Succeeded). The command timed for
 // slow-node marking, one in 64, runs in timed, one frame further down;
 // everything else takes guarded, and the rare outcomes run in functions of
 // their own, with few arguments. Not inlined: the closure inlined into
