@@ -245,7 +245,14 @@ func blockOption(args []interface{}, start int, options []keyword) int {
 // A holding command counts even inside MULTI: Redis allows SUBSCRIBE and
 // MONITOR in a transaction, and after EXEC the connection is in push mode
 // just the same.
+//
+// A batch of plain commands (plainCommand), the common one, is answered
+// from their names alone: with no blocking or holding name in it, no
+// MULTI/EXEC state can make it block.
 func batchIsBlocking(cmds []redis.Cmder) bool {
+	if allPlain(cmds) {
+		return false
+	}
 	for it := range batchItems(cmds) {
 		switch classOf(it.kind, it.args) {
 		case classHolding:
@@ -257,6 +264,16 @@ func batchIsBlocking(cmds []redis.Cmder) bool {
 		}
 	}
 	return false
+}
+
+// allPlain reports whether every command of cmds is plain (plainCommand).
+func allPlain(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if cmd == nil || !plainCommand(cmd.Args()) {
+			return false
+		}
+	}
+	return true
 }
 
 // batchItem is one command of a batch, other than a transaction marker.

@@ -546,6 +546,13 @@ func TestBatchIsBlocking(t *testing.T) {
 			p.Get(ctx, "a")
 			p.XRead(ctx, &redis.XReadArgs{Streams: []string{"s", "0"}})
 		}, false, true},
+		// Names that are not plain send the batch to the full scan, which
+		// finds nothing that blocks.
+		{"handshake name", false, func(p redis.Pipeliner) {
+			p.Get(ctx, "a")
+			p.Do(ctx, "select", 0)
+			p.Do(ctx, []byte("GET"), "b")
+		}, false, false},
 		{"raw blocking", false, func(p redis.Pipeliner) {
 			p.Do(ctx, "bzpopmin", "z", 0)
 		}, false, true},
