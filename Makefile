@@ -16,7 +16,7 @@ bench:
 	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestReplicaHealthyPathRatio|TestAutoPipelineRatio)$$' .
 
 # Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
-# and 12 masters started locally), idle cost and topology refresh. About 35
+# and 12 masters started locally), idle cost and topology refresh. About 37
 # minutes; rewrites the generated section of docs/performance.md and its
 # charts. REDISGUARD_BENCH_SCALE=quick runs a short smoke version.
 bench-scale:
