@@ -269,8 +269,12 @@ func TestScenarioSlowMasterReadsMoveToReplica(t *testing.T) {
 	cl, slow, slowKey, healthyKeys := slowCluster(t)
 	var evMu sync.Mutex
 	var events []string
+	var markedSlow atomic.Bool // since the slowdown began: a mark that ended between two polls still counts
 	guard := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), ReadFrom: ReadFromMasterPreferred,
 		OnEvent: func(e Event) {
+			if e.Kind == EventNodeSlow && e.Addr == slow.Addr {
+				markedSlow.Store(true)
+			}
 			evMu.Lock()
 			events = append(events, e.Time.Format("15:04:05.000 ")+e.Kind.String()+" "+e.Addr+" "+e.Decision)
 			evMu.Unlock()
@@ -285,10 +289,14 @@ func TestScenarioSlowMasterReadsMoveToReplica(t *testing.T) {
 	replica := replicaOf(cl, slow)
 	_ = runSlowLoad(guard, slowKey, healthyKeys, time.Second) // warm up: connections, COMMAND, slot map
 
+	markedSlow.Store(false)
 	stop := slowDown(t, slow)
 	defer stop()
 	slowedAt := time.Now()
 	marked := func() bool {
+		if markedSlow.Load() {
+			return true
+		}
 		for _, n := range guard.Stats().Nodes {
 			if n.Addr == slow.Addr {
 				return n.Slow
