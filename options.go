@@ -176,7 +176,8 @@ type Config struct {
 	// constant, sampled from ordinary commands) is above SlowNodeFactor
 	// times the median of the other nodes' (at least two, measured within
 	// the last second) and above SlowNodeFloor. A node
-	// that stays slow for SlowNodeMarkAfter is marked slow, at most one node
+	// that stays slow for SlowNodeMarkAfter, and whose latest samples still
+	// are, is marked slow, at most one node
 	// per shard and always fewer than half of the nodes; when every node is
 	// slow, none is. Standalone has no peers and never marks.
 	//

@@ -2,6 +2,7 @@ package outlier
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -122,6 +123,27 @@ type nodeState struct {
 	level        uint      // doublings of Ejection for the next mark
 	lastUnmarked time.Time
 	quietUntil   time.Time // not marked again before: its first answers after a mark are no verdict
+	// refEst is the node's estimate, and refAt the time of its last sample,
+	// as of an evaluation at least recentSpan of samples ago: with the
+	// estimate now they give the mean of the samples since (recentMean).
+	refEst time.Duration
+	refAt  time.Time
+}
+
+// recentSpan is the least span of samples recentMean is taken over.
+const recentSpan = Decay / 4
+
+// recentMean returns the mean of the samples a Latency took between two of
+// its estimates: e0, whose last sample was at a0, and e1, at a1 after a0.
+// Each sample moves the estimate toward itself by its time since the one
+// before, so over the span the old estimate keeps about exp(-(a1-a0)/Decay)
+// of its weight, and the samples between have the rest. Samples far apart
+// keep the old estimate more weight than that (Observe's weight exceeds the
+// exponential's), so the mean errs toward e0: toward slow for a node that
+// recovers, which leaves it to the estimate alone.
+func recentMean(e0 time.Duration, a0 time.Time, e1 time.Duration, a1 time.Time) time.Duration {
+	w := math.Exp(-float64(a1.Sub(a0)) / float64(Decay))
+	return time.Duration((float64(e1) - w*float64(e0)) / (1 - w))
 }
 
 // NewDetector returns a Detector with settings s.
@@ -144,12 +166,17 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 	defer d.mu.Unlock()
 
 	type judged struct {
-		n       Node
-		st      *nodeState
-		est     time.Duration
-		fresh   bool // recent enough to be judged
-		peer    bool // recent enough to count as a peer
-		slow    bool
+		n     Node
+		st    *nodeState
+		est   time.Duration
+		fresh bool      // recent enough to be judged
+		peer  bool      // recent enough to count as a peer
+		at    time.Time // of its last sample
+		slow  bool
+		// fastNow: the mean of its samples since its reference (recentMean)
+		// is not slow, though its estimate, which lags by a few Decay, may
+		// still be. A node that has recovered is not marked on its past.
+		fastNow bool
 		peers   time.Duration
 		samples uint64
 	}
@@ -168,7 +195,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		j := judged{n: n, st: st}
 		if n.Latency != nil {
 			if est, at, samples, ok := n.Latency.Estimate(); ok && now.Sub(at) < d.s.Stale {
-				j.est, j.fresh, j.samples = est, true, samples
+				j.est, j.at, j.fresh, j.samples = est, at, true, samples
 				j.peer = now.Sub(at) < d.s.PeerStale
 			}
 		}
@@ -202,8 +229,14 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		} else {
 			j.peers = medianWithout(append(peers, j.est), j.est)
 		}
-		j.slow = float64(j.est) > d.s.Factor*float64(j.peers) && j.est > d.s.Floor
+		j.slow = d.isSlow(j.est, j.peers)
 		st := j.st
+		if span := j.at.Sub(st.refAt); st.refAt.IsZero() || span >= recentSpan {
+			if !st.refAt.IsZero() {
+				j.fastNow = !d.isSlow(recentMean(st.refEst, st.refAt, j.est, j.at), j.peers)
+			}
+			st.refEst, st.refAt = j.est, j.at
+		}
 		if j.slow {
 			if st.slowSince.IsZero() {
 				st.slowSince, st.samplesAt = now, j.samples
@@ -255,7 +288,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 	for i := range all {
 		j := &all[i]
 		st := j.st
-		if st.marked || !j.slow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples ||
+		if st.marked || !j.slow || j.fastNow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples ||
 			now.Before(st.quietUntil) {
 			continue
 		}
@@ -279,6 +312,11 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		changes = append(changes, Change{ID: j.n.ID, Marked: true, Reason: "slow", Latency: j.est, Peers: j.peers, Until: st.until})
 	}
 	return changes
+}
+
+// isSlow reports whether latency est is slow beside peers, their median.
+func (d *Detector) isSlow(est, peers time.Duration) bool {
+	return float64(est) > d.s.Factor*float64(peers) && est > d.s.Floor
 }
 
 // medianWithout returns the median of xs with one occurrence of self left

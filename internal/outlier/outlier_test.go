@@ -48,11 +48,12 @@ func TestLatencyFollowsSamplesByTime(t *testing.T) {
 	assert.Equal(t, time.Millisecond, d)
 }
 
-// cluster feeds latencies to a set of nodes every 100ms and evaluates every
-// 250ms, as the client does.
+// cluster feeds latencies to a set of nodes every step (50ms unless set)
+// and evaluates every 250ms, as the client does.
 type cluster struct {
 	t     *testing.T
 	d     *Detector
+	step  time.Duration
 	times []time.Time // when each change returned by run happened
 	now   time.Time
 	nodes []Node
@@ -60,7 +61,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, s Settings, groups ...string) *cluster {
-	c := &cluster{t: t, d: NewDetector(s), now: t0, lat: map[string]time.Duration{}}
+	c := &cluster{t: t, d: NewDetector(s), step: 50 * time.Millisecond, now: t0, lat: map[string]time.Duration{}}
 	for i, g := range groups {
 		id := fmt.Sprintf("n%d", i)
 		c.nodes = append(c.nodes, Node{ID: id, Group: g, Latency: &Latency{}})
@@ -74,7 +75,7 @@ func (c *cluster) run(d time.Duration) []Change {
 	var out []Change
 	end := c.now.Add(d)
 	for c.now.Before(end) {
-		c.now = c.now.Add(50 * time.Millisecond)
+		c.now = c.now.Add(c.step)
 		for _, n := range c.nodes {
 			if l := c.lat[n.ID]; l > 0 {
 				for range 4 {
@@ -119,6 +120,49 @@ func TestDetectorMarksASlowNodeAfterMarkAfterOnly(t *testing.T) {
 	assert.Equal(t, time.Millisecond, ch[0].Peers)
 	assert.WithinDuration(t, c.now.Add(DefaultEjection), ch[0].Until, DefaultMarkAfter+2*Decay, "first mark: Ejection")
 	assert.Equal(t, []string{"n2"}, marked(c))
+}
+
+// A node that recovers before MarkAfter is not marked on its past: its
+// estimate lags for a few Decay, the mean of its latest samples does not.
+func TestDetectorDoesNotMarkANodeThatHasRecovered(t *testing.T) {
+	c := newCluster(t, Settings{}, "a", "a", "b", "b", "c", "c")
+	// Sampled as a node under load is: samples far apart (sparse traffic)
+	// make recentMean err toward the old estimate, so toward marking.
+	c.step = 5 * time.Millisecond
+	require.Empty(t, c.run(2*time.Second))
+
+	c.lat["n2"] = 500 * time.Millisecond
+	require.Empty(t, c.run(900*time.Millisecond), "not before MarkAfter")
+	c.lat["n2"] = time.Millisecond
+	require.Empty(t, c.run(100*time.Millisecond))
+	est, _, _, _ := c.nodes[2].Latency.Estimate()
+	require.Greater(t, est, 100*time.Millisecond, "the estimate still says slow")
+	assert.Empty(t, c.run(3*time.Second), "recovered before its mark was due")
+	assert.Empty(t, marked(c))
+
+	// The same slowdown, lasting, is marked as before.
+	c.lat["n2"] = 500 * time.Millisecond
+	ch := c.run(DefaultMarkAfter + Decay)
+	require.Len(t, ch, 1)
+	assert.True(t, ch[0].Marked)
+	assert.Equal(t, "n2", ch[0].ID)
+}
+
+func TestRecentMean(t *testing.T) {
+	var l Latency
+	now := t0
+	for range 40 { // 2s at 10ms: the estimate settles on 10ms
+		now = now.Add(50 * time.Millisecond)
+		l.Observe(now, 10*time.Millisecond)
+	}
+	e0, a0, _, _ := l.Estimate()
+	for range 5 { // 250ms of 2ms samples
+		now = now.Add(50 * time.Millisecond)
+		l.Observe(now, 2*time.Millisecond)
+	}
+	e1, a1, _, _ := l.Estimate()
+	assert.Greater(t, e1, 5*time.Millisecond, "the estimate is still half way")
+	assert.InDelta(t, float64(2*time.Millisecond), float64(recentMean(e0, a0, e1, a1)), float64(500*time.Microsecond))
 }
 
 func TestDetectorUnmarksANodeThatRecovers(t *testing.T) {
