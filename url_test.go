@@ -3,6 +3,7 @@ package redisguard
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"reflect"
@@ -429,7 +430,13 @@ func formatURL(cfg Config) string {
 		}
 	}
 	if cfg.Mode == ModeSentinel {
-		b.WriteString("/" + esc(cfg.MasterName))
+		name := esc(cfg.MasterName)
+		if cfg.DB == 0 && isDigits(name) {
+			// Alone in the path, a name of digits reads as a database
+			// number; ParseURL asks for its first digit percent-encoded.
+			name = fmt.Sprintf("%%%02X", name[0]) + name[1:]
+		}
+		b.WriteString("/" + name)
 	}
 	if cfg.DB != 0 {
 		b.WriteString("/" + strconv.Itoa(cfg.DB))
