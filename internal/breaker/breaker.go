@@ -234,6 +234,26 @@ func (b *Breaker) Recover() bool {
 	return stateOf(w) == Open && b.move(w, HalfOpen)
 }
 
+// Trip opens the breaker at once, from Closed or HalfOpen, whatever its
+// failure count: for an owner that has seen the node fail in a way no
+// single call reports, such as a node that has answered nothing for a long
+// while. Results of calls admitted before are dropped, as after any
+// transition. It reports whether the breaker opened.
+func (b *Breaker) Trip() bool {
+	if b.disabled {
+		return false
+	}
+	for {
+		w := b.word.Load()
+		if stateOf(w) == Open {
+			return false
+		}
+		if b.move(w, Open) {
+			return true
+		}
+	}
+}
+
 // move changes the state from the one in w to s, starting a new generation,
 // if the word is still w: no other transition, success or failure slipped in
 // since the caller read it. It reports false otherwise, so the caller re-reads

@@ -409,3 +409,59 @@ func TestSnapshot(t *testing.T) {
 	closed := reopened.Add(time.Second)
 	want("closed", breaker.Snapshot{State: breaker.Closed, LastTransition: closed, OpenedAt: opened, Opens: 2})
 }
+
+func TestTrip(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, b *breaker.Breaker)
+		opens bool
+	}{
+		{"closed with no failures", func(*testing.T, *breaker.Breaker) {}, true},
+		{"closed with some failures", func(t *testing.T, b *breaker.Breaker) { call(t, b, breaker.Failure) }, true},
+		{"half-open", halfOpen, true},
+		{"open already", trip, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, fc, rec := newTestBreaker()
+			tt.setup(t, b)
+			before := b.Snapshot()
+			old, _ := b.Allow()
+			fc.Advance(time.Second)
+			if got := b.Trip(); got != tt.opens {
+				t.Fatalf("Trip() = %v, want %v", got, tt.opens)
+			}
+			wantState(t, b, breaker.Open, "after Trip")
+			wantRejected(t, b, "after Trip")
+			if !tt.opens {
+				if got := b.Snapshot(); got != before {
+					t.Fatalf("Trip on an open breaker changed it: %+v, was %+v", got, before)
+				}
+				return
+			}
+			got := rec.transitions()
+			if last := got[len(got)-1]; last.to != breaker.Open {
+				t.Fatalf("last transition %v, want one to open", last)
+			}
+			snap := b.Snapshot()
+			if snap.Opens != before.Opens+1 {
+				t.Fatalf("Opens = %d, want %d", snap.Opens, before.Opens+1)
+			}
+			if before.State == breaker.Closed && !snap.OpenedAt.Equal(epoch.Add(time.Second)) {
+				t.Fatalf("OpenedAt = %v, want the time of the trip", snap.OpenedAt)
+			}
+			// A call admitted before the trip reports into an older
+			// generation: its success does not close the breaker.
+			b.Done(old, breaker.Success)
+			wantState(t, b, breaker.Open, "after a success admitted before the trip")
+		})
+	}
+}
+
+func TestTripDisabled(t *testing.T) {
+	b := breaker.New(breaker.Settings{Threshold: -1})
+	if b.Trip() {
+		t.Fatal("Trip() on a disabled breaker = true")
+	}
+	wantState(t, b, breaker.Closed, "disabled, after Trip")
+}
