@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,8 @@ const (
 )
 
 // topology keeps the cluster slot map fresh without letting many callers
-// refresh it at once.
+// refresh it at once, and gives every go-redis cluster client the Client
+// runs (ordinary, long, sharded) the same map.
 //
 // go-redis already reloads its slot map lazily and in the background
 // (callers keep using the current map meanwhile) and asks nodes in random
@@ -29,8 +31,11 @@ const (
 // client and every reload request may send its own CLUSTER SLOTS. topology
 // sits where those calls leave go-redis, in each node's hook: concurrent
 // calls share one round trip (singleflight), calls within the minimum
-// interval are answered from the last map, and nodes whose breaker is open
-// are skipped for free because their hook fails fast.
+// interval after a fetch are answered from its map, and nodes whose breaker
+// is open are skipped for free because their hook fails fast. A call that
+// comes while a fetch is in flight waits for that fetch rather than take
+// the map it is replacing, and a fetched map that differs from the last is
+// handed to every attached client at once (each reloads, answered from it).
 type topology struct {
 	k *core
 
@@ -40,6 +45,7 @@ type topology struct {
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
 
 	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
+	fetching    atomic.Bool                         // a fetch is in flight: calls wait for its map
 	nextFetch   atomic.Int64                        // unix ns before which CLUSTER SLOTS is answered from slots
 	nextTrigger atomic.Int64                        // unix ns before which trigger does not ask again
 
@@ -99,13 +105,19 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	if !ok {
 		return send(ctx, cmd)
 	}
-	if cached := t.slots.Load(); cached != nil && t.k.clock.Now().UnixNano() < t.nextFetch.Load() {
-		sc.SetVal(*cached)
+	if cached := t.fresh(); cached != nil {
+		sc.SetVal(cached)
 		return nil
 	}
 	v, err, shared := t.sf.Do("slots", func() (any, error) {
 		start := time.Now()
-		t.nextFetch.Store(t.k.clock.Now().Add(interval()).UnixNano())
+		t.fetching.Store(true)
+		defer func() {
+			// The interval runs from the end of the fetch, whatever it
+			// found: a failing cluster is not asked again at once either.
+			t.nextFetch.Store(t.k.clock.Now().Add(interval()).UnixNano())
+			t.fetching.Store(false)
+		}()
 		t.k.emit(Event{Kind: EventRefreshStarted})
 		err := send(ctx, sc)
 		took := time.Since(start)
@@ -124,8 +136,11 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 			return nil, err
 		}
 		slots := sc.Val()
-		t.slots.Store(&slots)
+		prev := t.slots.Swap(&slots)
 		t.k.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
+		if prev != nil && !sameSlots(*prev, slots) {
+			t.adopt()
+		}
 		return slots, nil
 	})
 	if err != nil {
@@ -135,6 +150,38 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 		sc.SetVal(v.([]redis.ClusterSlot))
 	}
 	return nil
+}
+
+// fresh returns the last map if a CLUSTER SLOTS may be answered from it:
+// it was fetched within the interval, and no fetch is in flight to replace
+// it. Otherwise nil: the call joins the fetch in flight, or makes one.
+func (t *topology) fresh() []redis.ClusterSlot {
+	cached := t.slots.Load()
+	if cached == nil || t.fetching.Load() || t.k.clock.Now().UnixNano() >= t.nextFetch.Load() {
+		return nil
+	}
+	return *cached
+}
+
+// adopt has every attached client reload its slot map, which the fresh
+// map in the cache answers: a map one client fetched is every client's.
+// go-redis reloads in the background; nothing here waits.
+func (t *topology) adopt() {
+	t.mu.Lock()
+	clusters := append([]*redis.ClusterClient(nil), t.clusters...)
+	t.mu.Unlock()
+	for _, cc := range clusters {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// sameSlots reports whether two slot maps give every range to the same
+// nodes, in the same order.
+func sameSlots(a, b []redis.ClusterSlot) bool {
+	return slices.EqualFunc(a, b, func(x, y redis.ClusterSlot) bool {
+		return x.Start == y.Start && x.End == y.End &&
+			slices.EqualFunc(x.Nodes, y.Nodes, func(m, n redis.ClusterNode) bool { return m.Addr == n.Addr })
+	})
 }
 
 // lastSlots returns the last slot map fetched, or nil before the first.

@@ -1,14 +1,18 @@
 package redisguard
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
 )
 
 // Cluster mode reports each CLUSTER SLOTS it sends as a started/finished
@@ -58,4 +62,56 @@ func TestRefreshEvents(t *testing.T) {
 		}
 	}
 	assert.True(t, sawWarn, "a failed refresh is logged as a warning")
+}
+
+// A CLUSTER SLOTS that comes while a fetch is in flight waits for that
+// fetch's map, however fresh the map it replaces looks; before and after,
+// calls within the interval are answered from the last map.
+func TestTopologyCallDuringFetchWaitsForIt(t *testing.T) {
+	resolved, err := Config{Addrs: []string{"a:1"}, Mode: ModeCluster}.resolve()
+	require.NoError(t, err)
+	clk := clock.NewFake(slowEpoch)
+	topo := newTopology(newCore(resolved, clk))
+	ctx := testCtx(t, 10*time.Second)
+	mapOf := func(addr string) []redis.ClusterSlot {
+		return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addr}}}}
+	}
+	fetches := 0
+	answer := func(m []redis.ClusterSlot) redis.ProcessHook {
+		return func(_ context.Context, cmd redis.Cmder) error {
+			fetches++
+			cmd.(*redis.ClusterSlotsCmd).SetVal(m)
+			return nil
+		}
+	}
+	get := func(send redis.ProcessHook) []redis.ClusterSlot {
+		cmd := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+		require.NoError(t, topo.serve(ctx, cmd, send))
+		return cmd.Val()
+	}
+	assert.Equal(t, mapOf("old:1"), get(answer(mapOf("old:1"))))
+	assert.Equal(t, mapOf("old:1"), get(answer(mapOf("unused:1"))), "within the interval: the cached map")
+	assert.Equal(t, 1, fetches)
+
+	clk.Advance(refreshMinInterval + refreshJitter)
+	slow := func(_ context.Context, cmd redis.Cmder) error {
+		// The fetch is under way: however fresh the last map would look
+		// by the interval, a call now is not answered from it.
+		clk.Set(slowEpoch)
+		assert.Nil(t, topo.fresh(), "a call during the fetch would get the map it replaces")
+		cmd.(*redis.ClusterSlotsCmd).SetVal(mapOf("new:1"))
+		return nil
+	}
+	assert.Equal(t, mapOf("new:1"), get(slow))
+	assert.Equal(t, mapOf("new:1"), get(answer(mapOf("unused:3"))), "after the fetch: its map, cached")
+	assert.Equal(t, mapOf("new:1"), topo.fresh())
+	assert.Equal(t, 1, fetches, "one fetch went to the fake node, the other to the slow one")
+}
+
+func TestSameSlots(t *testing.T) {
+	a := []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
+	assert.True(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "m:1", ID: "x"}, {Addr: "r:1"}}}}))
+	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "r:1"}, {Addr: "m:1"}}}}), "promoted")
+	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 99, Nodes: a[0].Nodes}}))
+	assert.False(t, sameSlots(a, nil))
 }
