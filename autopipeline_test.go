@@ -104,7 +104,9 @@ func TestAutoPipelineClusterNodeDown(t *testing.T) {
 func TestAutoPipelineTranslatesErrors(t *testing.T) {
 	srv := redistest.StartServer(t)
 	const readTimeout = 300 * time.Millisecond
-	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: readTimeout, NodeFailureThreshold: 100})
+	// The paused server's silence would open its breaker (HungNodeAfter)
+	// before the timeouts this test is about.
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ReadTimeout: readTimeout, NodeFailureThreshold: 100, HungNodeAfter: time.Minute})
 	ctx := testCtx(t, 30*time.Second)
 	aps := autopipeliners(t, c)
 	for name, ap := range aps {

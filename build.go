@@ -216,6 +216,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
 		}
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
+		g.long = s.kind == clientLong
 		if g.n == h.sentinel.role {
 			// The guard charges each command to the master's current
 			// address. The long client's guard has breakers of its own,
@@ -268,7 +269,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			if rr != nil {
 				cl.AddHook(rr.register(opt.Addr, cl))
 			}
-			cl.AddHook(s.nodes.guard(opt.Addr))
+			g := s.nodes.guard(opt.Addr)
+			g.long = s.kind == clientLong
+			cl.AddHook(g)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
 			case clientOrdinary:
@@ -296,6 +299,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		cl := redis.NewClient(uo.Simple())
 		cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
 		g := s.nodes.guard(cl.Options().Addr)
+		g.long = s.kind == clientLong
 		if ordinary {
 			g.facade, g.user = h.facade.c, h.user
 		}
@@ -328,7 +332,12 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 		spec.k.log = c.log
 		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
 	}
-	return newGoRedis(spec).(redis.UniversalClient), spec.nodes.guard
+	guard := func(addr string) nodeGuard {
+		g := spec.nodes.guard(addr)
+		g.long = true
+		return g
+	}
+	return newGoRedis(spec).(redis.UniversalClient), guard
 }
 
 // options is the one UniversalOptions every client is built from, converted

@@ -15,9 +15,11 @@ type EventKind uint8
 
 const (
 	// EventBreakerOpened: a node failed NodeFailureThreshold times in a row
-	// (or failed a command right after its recovery probe was answered);
-	// its commands now fail fast with ErrNodeUnavailable while the client
-	// probes it on connections of its own. Addr is the node.
+	// (or failed a command right after its recovery probe was answered),
+	// or it left every command sent to it unanswered for HungNodeAfter
+	// (Decision DecisionSilent, Duration the silence); its commands now
+	// fail fast with ErrNodeUnavailable while the client probes it on
+	// connections of its own. Addr is the node.
 	EventBreakerOpened EventKind = iota + 1
 	// EventBreakerHalfOpen: a recovery probe was answered; the node's
 	// commands are let through again, the first answered one closes the
@@ -111,6 +113,10 @@ func (k EventKind) String() string {
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// DecisionSilent is the Decision of an EventBreakerOpened whose node left
+// every command sent to it unanswered for Config.HungNodeAfter.
+const DecisionSilent = "silent"
+
 // Budget names a capacity budget (see Config.MaxConnections and
 // Config.MaxLongConnections).
 type Budget string
@@ -150,7 +156,9 @@ type Event struct {
 	// Decision is what was decided about the slot (EventDivergence):
 	// "converging" (wait and retry), "failover" (fail with
 	// ErrClusterFailover) or "slot-map-corruption" (fail with
-	// ErrSlotMapCorruption).
+	// ErrSlotMapCorruption); why a slow mark ended (EventNodeSlowEnded);
+	// DecisionSilent on a breaker that opened because its node went silent
+	// (EventBreakerOpened).
 	Decision string `json:"decision,omitempty"`
 	// PeerLatency is the median latency of the other nodes
 	// (EventNodeSlow, EventNodeSlowEnded).
@@ -269,7 +277,7 @@ func (e Event) attrs(extra []slog.Attr) []slog.Attr {
 	if e.Kind == EventDivergence {
 		out = append(out, slog.Int("slot", e.Slot), slog.String("decision", e.Decision))
 	}
-	if e.Kind == EventNodeSlowEnded {
+	if e.Kind == EventNodeSlowEnded || (e.Kind == EventBreakerOpened && e.Decision != "") {
 		out = append(out, slog.String("decision", e.Decision))
 	}
 	if e.Duration != 0 {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,10 +28,12 @@ type nodeSet struct {
 	// event and the topology. Set before the first command.
 	onOpen func(n *node)
 	slow   *slowNodes // marks slow nodes; nil when marking is off
+	watch  *hangWatch // trips the breakers of hung nodes; nil when breakers are off
 
 	mu    sync.Mutex
-	nodes map[string]*node // guarded by mu; entries are never removed
-	count atomic.Int32     // len(nodes), read without mu
+	nodes map[string]*node        // guarded by mu; entries are never removed
+	count atomic.Int32            // len(nodes), read without mu
+	list  atomic.Pointer[[]*node] // the nodes, for readers that take no lock; replaced on each addition
 }
 
 // node is what the hot path needs for one address; everything is fixed at
@@ -57,8 +60,13 @@ type node struct {
 	_        [cacheLine]byte
 	lat      outlier.Latency // sampled latency of its ordinary commands (slow.go)
 	_        [cacheLine]byte
-	inFlight atomic.Int64 // guarded operations in progress, including those waiting for capacity
+	inFlight atomic.Int64 // ordinary operations in progress, including those waiting for capacity
 	_        [cacheLine - 8]byte
+
+	long        atomic.Int64 // long operations in progress: blocking calls, the long client's work
+	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)
+	conns       connSet      // the connections of the ordinary clients, cut when the breaker opens
+	tripSilence atomic.Int64 // ns of silence the hang watch tripped the breaker on; 0 otherwise
 
 	slowWaiting     atomic.Int64  // ordinary operations admitted while it is marked, in progress
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
@@ -76,7 +84,28 @@ func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr st
 	s.probes = newProber(probe, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
 		k.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
 	})
+	if k.cfg.NodeFailureThreshold >= 0 {
+		s.watch = newHangWatch(k.clock, k.cfg.HungNodeAfter, s.snapshot, s.trip)
+	}
 	return s
+}
+
+// snapshot returns the nodes without taking the lock; the slice is shared
+// and must not be modified.
+func (s *nodeSet) snapshot() []*node {
+	if l := s.list.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// trip opens the breaker of n, which has answered none of its outstanding
+// commands for silent (hangWatch).
+func (s *nodeSet) trip(n *node, silent time.Duration) {
+	n.tripSilence.Store(int64(silent))
+	if !n.br.Trip() {
+		n.tripSilence.Store(0)
+	}
 }
 
 // refused notes that n's open breaker refused a command, and makes sure a
@@ -134,6 +163,8 @@ func (s *nodeSet) get(addr string) *node {
 	n.sched = breaker.NewSchedule(breaker.ScheduleSettings{Max: s.k.cfg.NodeRecoveryTime})
 	s.nodes[addr] = n
 	s.count.Add(1)
+	list := append(slices.Clone(s.snapshot()), n)
+	s.list.Store(&list)
 	return n
 }
 
@@ -151,8 +182,13 @@ func (s *nodeSet) all() []*node {
 // guard returns the hook to install on the go-redis client for addr.
 func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{k: s.k, nodes: s, n: s.get(addr)} }
 
-// close stops the probers.
-func (s *nodeSet) close() { s.probes.close() }
+// close stops the probers and the hang watch.
+func (s *nodeSet) close() {
+	s.probes.close()
+	if s.watch != nil {
+		s.watch.close()
+	}
+}
 
 // changed runs after every transition of n's breaker, outside its lock.
 func (s *nodeSet) changed(n *node, from, to breaker.State) {
@@ -160,6 +196,13 @@ func (s *nodeSet) changed(n *node, from, to breaker.State) {
 	e := Event{Kind: breakerEvent(to), Addr: n.addr}
 	switch to {
 	case breaker.Open:
+		if silent := n.tripSilence.Swap(0); silent != 0 {
+			e.Decision, e.Duration = DecisionSilent, time.Duration(silent)
+		}
+		// Everyone waiting on the node is answered now, not at its
+		// timeout: the commands on its connections fail at once, and
+		// those queued for one find the dial refused.
+		n.conns.cut()
 		n.lastRefused.Store(now.UnixNano())
 		if from == breaker.Closed {
 			s.probes.start(n, n.sched.Opened(now))
@@ -205,6 +248,12 @@ type nodeGuard struct {
 	// any, in place of the userLayer's process and pipeline steps: one
 	// frame less again.
 	user *userHooks
+	// long, set on the long client's guards and those of dedicated
+	// connections, says that everything they admit waits by design: it is
+	// counted apart from the ordinary work the hang watch judges, and their
+	// connections are not cut when the breaker opens (a blocking call ends
+	// through admission's CLIENT UNBLOCK, never by a cut).
+	long bool
 }
 
 // node returns the node the next command is charged to.
@@ -215,20 +264,59 @@ func (g *nodeGuard) node() *node {
 	return g.n
 }
 
-// DialHook marks a failed dial as a set-up failure (setup.go): TLS
-// handshakes run inside it, and their timeouts look like any read's. A
-// subscription's dial is left alone: its error goes to the PubSub, past no
-// hook that would remove the marker.
+// DialHook dials the node's pool connections, and leaves a subscription's
+// dial to subscriptionBudget, inside it, which routes it.
+//
+// A pool dial never fails as go-redis's pool sees it: a failed one, or one
+// refused because the node's breaker is open, "succeeds" with a
+// refusedConn, whose handshake reports the failure to the command that
+// wanted the connection (handshake). The pool counts failed dials and,
+// after PoolSize of them, stops dialling but once a second
+// (pool.tryDial); a node that comes back would wait out that second,
+// which the breaker, the one thing that decides when a node is dialled,
+// never asks for. A failed dial is marked as a set-up failure (setup.go):
+// TLS handshakes run inside it, and their timeouts look like any read's.
+//
+// The connections of an ordinary client are tracked (connSet), so that an
+// opening breaker answers every command waiting on one.
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 	if g.facade != nil {
 		next = facadeHook{g.facade}.DialHook(next)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err != nil && isNetworkError(err) && !onStack(pubSubDialer) {
-			return nil, setupFailure(err, false)
+		if onStack(pubSubDialer) {
+			return next(ctx, network, addr)
 		}
-		return conn, err
+		n := g.node()
+		if n.br.State() == breaker.Open {
+			return refusedConn{setupFailure(n.unavailable, true)}, nil
+		}
+		ctx, done := n.conns.dialing(ctx)
+		if g.follow != nil {
+			n.resolving.Add(1)
+		}
+		conn, err := next(ctx, network, addr)
+		if g.follow != nil {
+			n.resolving.Add(-1)
+		}
+		done()
+		switch {
+		case err == nil && !g.long:
+			if g.follow != nil {
+				// go-redis resolved the master itself: the connection
+				// belongs to the address it reached.
+				n = g.nodes.get(conn.RemoteAddr().String())
+			}
+			return n.conns.track(conn, g.nodes.watch), nil
+		case err == nil:
+			return conn, nil
+		case n.br.State() == breaker.Open:
+			// The opening breaker cut the dial short.
+			return refusedConn{setupFailure(n.unavailable, true)}, nil
+		case isNetworkError(err):
+			return refusedConn{setupFailure(err, false)}, nil
+		}
+		return refusedConn{err}, nil
 	}
 }
 
@@ -264,7 +352,7 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 			return ch.viaUser(ctx, cmd)
 		}
 		n := ch.g.node()
-		if ch.g.k.closed.Load() || n.slow.Load() || !plainCommand(cmd.Args()) {
+		if ch.g.k.closed.Load() || n.slow.Load() || ch.g.long || !plainCommand(cmd.Args()) {
 			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
 		}
 		if ch.g.nodes.slow.sample(n) {
@@ -300,8 +388,8 @@ func (ch *guardChain) timed(ctx context.Context, cmd redis.Cmder, n *node) error
 	return ch.nextFailed(ctx, cmd, n, t, err)
 }
 
-// admit asks n's breaker to let an operation through and, if it does,
-// counts the operation in flight until succeeded or failed ends it.
+// admit asks n's breaker to let an ordinary operation through and, if it
+// does, counts it in flight until succeeded or ended ends it.
 func (n *node) admit() (breaker.Ticket, error) {
 	t, err := n.br.Allow()
 	if err == nil {
@@ -310,11 +398,45 @@ func (n *node) admit() (breaker.Ticket, error) {
 	return t, err
 }
 
-// succeeded ends an admitted operation that was answered (nil or
+// admitAs is admit, or for a long operation, which waits by design, the
+// same without the hang watch: blocking calls and the long client's work
+// are counted in n.long.
+func (n *node) admitAs(long bool) (breaker.Ticket, error) {
+	if !long {
+		return n.admit()
+	}
+	t, err := n.br.Allow()
+	if err == nil {
+		n.long.Add(1)
+	}
+	return t, err
+}
+
+// succeeded ends an admitted ordinary operation that was answered (nil or
 // redis.Nil), reporting the success to the breaker.
 func (n *node) succeeded(t breaker.Ticket) {
 	n.inFlight.Add(-1)
 	n.br.Succeeded(t)
+}
+
+// succeededAs is succeeded for an operation admitAs admitted.
+func (n *node) succeededAs(t breaker.Ticket, long bool) {
+	if !long {
+		n.succeeded(t)
+		return
+	}
+	n.long.Add(-1)
+	n.br.Succeeded(t)
+}
+
+// ended takes an operation admitAs admitted off the node's count; the
+// caller reports to the breaker.
+func (n *node) ended(long bool) {
+	if long {
+		n.long.Add(-1)
+	} else {
+		n.inFlight.Add(-1)
+	}
 }
 
 // guardChain is a nodeGuard's process hook around one next.
@@ -362,7 +484,7 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 	if ch.g.facade != nil {
 		err = ch.g.facade.translate(ctx, err)
 	}
-	return ch.failed(ctx, cmd, n, t, err)
+	return ch.failed(ctx, cmd, n, t, false, err)
 }
 
 // guarded is ProcessHook for every command but the common one. sampled says
@@ -403,7 +525,8 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 		}
 		defer n.slowWaiting.Add(-1)
 	}
-	t, err := n.admit()
+	long := g.long || classifyCmd(cmd) == classBlocking
+	t, err := n.admitAs(long)
 	if err != nil {
 		return g.fastFail(n)
 	}
@@ -413,29 +536,36 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 	}
 	err = ch.full(ctx, cmd)
 	if err == nil || err == redis.Nil {
-		n.succeeded(t)
+		n.succeededAs(t, long)
 		if sampled {
 			slow.observe(g.nodes, n, cmd, start)
 		}
 		return err
 	}
-	return ch.failed(ctx, cmd, n, t, err)
+	return ch.failed(ctx, cmd, n, t, long, err)
 }
 
 // failed finishes a command that the chain behind this hook answered with
 // err, neither nil nor redis.Nil, and in the facade's terms: a command that
 // failed on a reset connection before it could have run is sent again, the
-// breaker is told, and the error is translated.
+// breaker is told, and the error is translated. long says how it was
+// admitted (admitAs).
+//
+// A command whose connection the opening breaker cut (connSet.cut) ends
+// with ErrNodeUnavailable, or ErrOutcomeUnknown if it may have run and is
+// not safe to repeat: the node is known to be down, and nothing sends it
+// again there.
 //
 //go:noinline
-func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
+func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, long bool, err error) error {
 	g := &ch.g
 	c := g.k
+	cut := wasCut(n, err)
 	unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
-	if !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
+	if !cut && !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
 		err = ch.full(ctx, cmd)
 	}
-	n.inFlight.Add(-1)
+	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
 	if err == nil || isRedisReply(err) {
 		return err
@@ -444,6 +574,9 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 		// Not repeated here, and not by go-redis's cluster loop either,
 		// which finds no network error in what it gets (repeat.go).
 		return n.outcomeUnknown(cmd, err)
+	}
+	if cut && contextDone(ctx) == nil {
+		return n.unavailable
 	}
 	if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
 		n.noteExhausted(c)
@@ -524,7 +657,7 @@ func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
 //
 //go:noinline
 func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
-	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() ||
+	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() || bc.g.long ||
 		(bc.g.facade != nil && batchIsBlocking(cmds))
 }
 
@@ -540,7 +673,7 @@ func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *nod
 		n.succeeded(t)
 		return err
 	}
-	return bc.g.batchFailed(ctx, cmds, bc.full, n, t, err)
+	return bc.g.batchFailed(ctx, cmds, bc.full, n, t, false, err)
 }
 
 // guarded is ProcessPipelineHook for the batches unusual picks out.
@@ -563,16 +696,17 @@ func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) 
 			defer n.slowWaiting.Add(-1)
 		}
 	}
-	t, err := n.admit()
+	long := g.long || batchIsBlocking(cmds)
+	t, err := n.admitAs(long)
 	if err != nil {
 		return g.refuseOpen(n, cmds)
 	}
 	err = bc.full(ctx, cmds)
 	if err == nil || err == redis.Nil {
-		n.succeeded(t)
+		n.succeededAs(t, long)
 		return err
 	}
-	return g.batchFailed(ctx, cmds, bc.full, n, t, err)
+	return g.batchFailed(ctx, cmds, bc.full, n, t, long, err)
 }
 
 // admitBatch waits for n, marked slow, to take cmds, unless they block
@@ -611,11 +745,12 @@ func failBatch(cmds []redis.Cmder, err error) error {
 // is translated.
 //
 //go:noinline
-func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, err error) error {
-	if g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
+func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, long bool, err error) error {
+	cut := wasCut(n, err)
+	if !cut && g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
 		err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 	}
-	n.inFlight.Add(-1)
+	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
 	if batchAnswered(err) {
 		return err
@@ -623,14 +758,38 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 	if isExhaustion(err) && !batchIsBlocking(cmds) {
 		n.noteExhausted(g.k)
 	}
+	cut = cut && contextDone(ctx) == nil && !g.k.closed.Load()
+	var first error
 	for _, cmd := range cmds {
 		// A pool timeout fails the whole batch before anything is sent;
 		// the nil replies of a pipeline of GETs skip the check.
-		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
-			cmd.SetErr(n.translate(cerr))
+		cerr := cmd.Err()
+		if cerr == nil || cerr == redis.Nil || isRedisReply(cerr) {
+			continue
+		}
+		switch {
+		case cut && mayHaveRun(ctx, cerr) && !repeatable(cmd):
+			cerr = n.outcomeUnknown(cmd, cerr)
+		case cut:
+			cerr = n.unavailable
+		default:
+			cerr = n.translate(cerr)
+		}
+		cmd.SetErr(cerr)
+		if first == nil {
+			first = cerr
 		}
 	}
+	if cut && first != nil {
+		return first
+	}
 	return n.translate(err)
+}
+
+// wasCut reports whether err is what a command got whose connection to n
+// was cut: n's breaker is open, and the connection was closed under it.
+func wasCut(n *node, err error) bool {
+	return n.br.State() == breaker.Open && isConnReset(err)
 }
 
 // batchAnswered reports whether a node client's batch that returned err
@@ -660,6 +819,9 @@ func (g *nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Out
 // HELLO that opens the handshake, before which the server has answered
 // nothing.
 func handshake(err error, first bool) error {
+	if refused, ok := refusal(err); ok {
+		return refused // the guard's own verdict on the dial (nodeGuard.DialHook)
+	}
 	if err != nil && isNetworkError(err) {
 		return setupFailure(err, !first)
 	}

@@ -347,7 +347,8 @@ func TestFailedConnectionSetUpIsNotOutcomeUnknown(t *testing.T) {
 			require.NoError(t, proxy.SetMode(faultproxy.Blackhole))
 			c := newTestClient(t, Config{Addrs: []string{proxy.Addr()}, TLSConfig: tc.tls,
 				DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond,
-				NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour})
+				NodeFailureThreshold: 2, NodeRecoveryTime: time.Hour,
+				HungNodeAfter: time.Minute}) // the timeouts, not the silence, open the breaker here
 			ctx := testCtx(t, 20*time.Second)
 
 			for i := range 2 {
@@ -380,4 +381,64 @@ func TestBatchAnswered(t *testing.T) {
 	assert.False(t, batchAnswered(redis.ErrClosed))
 	assert.False(t, batchAnswered(redis.ErrPoolTimeout))
 	assert.False(t, batchAnswered(ErrNodeUnavailable))
+}
+
+// When a node's breaker opens, every command waiting on it is answered at
+// once, not at ReadTimeout: those on its connections (a read that may have
+// run ends ErrNodeUnavailable, an unsafe command ErrOutcomeUnknown), and
+// those queued for a connection, which were never sent (ErrNodeUnavailable).
+// Nothing is sent again.
+func TestOpeningBreakerAnswersEveryoneWaiting(t *testing.T) {
+	srv := redistest.StartServer(t)
+	events := &eventLog{}
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxConnections: 4, OnEvent: events.onEvent})
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Set(ctx, "wait:n", 0, 0).Err())
+	fillPool(ctx, t, c)
+
+	srv.Pause(t)
+	paused := time.Now()
+	type result struct {
+		incr bool
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 16)
+	for i := range 16 {
+		go func() {
+			start := time.Now()
+			var err error
+			if i%2 == 0 {
+				err = c.Incr(ctx, "wait:n").Err()
+			} else {
+				err = c.Get(ctx, "wait:n").Err()
+			}
+			results <- result{i%2 == 0, err, time.Since(start)}
+		}()
+	}
+	var unknown int
+	for range 16 {
+		r := <-results
+		assert.Less(t, r.took, DefaultReadTimeout/2, "a caller waited for ReadTimeout: %v", r.err)
+		require.Error(t, r.err)
+		if r.incr && errors.Is(r.err, ErrOutcomeUnknown) {
+			unknown++
+			continue
+		}
+		assert.ErrorIs(t, r.err, ErrNodeUnavailable, "incr=%v", r.incr)
+		assert.NotErrorIs(t, r.err, ErrOutcomeUnknown)
+	}
+	opened := events.find(EventBreakerOpened, func(Event) bool { return true })
+	require.Len(t, opened, 1)
+	assert.Equal(t, DecisionSilent, opened[0].Decision)
+	t.Logf("breaker opened %s after the pause; %d INCRs ended with ErrOutcomeUnknown", opened[0].Time.Sub(paused), unknown)
+	assert.LessOrEqual(t, unknown, 4, "more INCRs may have run than there are connections")
+
+	srv.Resume(t)
+	redistest.WaitFor(t, 10*time.Second, "the node to serve again", func() error { return c.Set(ctx, "wait:probe", 1, 0).Err() })
+	n, err := c.Get(ctx, "wait:n").Int()
+	require.NoError(t, err)
+	// The INCRs on the wire ran once each when the server resumed, or not
+	// at all; none was sent twice, and none that was refused ran.
+	assert.LessOrEqual(t, n, unknown)
 }

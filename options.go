@@ -61,6 +61,7 @@ const (
 	DefaultReadTimeout          = 3 * time.Second
 	DefaultNodeFailureThreshold = 5
 	DefaultNodeRecoveryTime     = 10 * time.Second
+	DefaultHungNodeAfter        = 400 * time.Millisecond
 	DefaultMaxRedirects         = 3
 	DefaultClusterNodeTimeout   = 15 * time.Second
 	DefaultHealthWriteTTL       = 5 * time.Second
@@ -170,6 +171,21 @@ type Config struct {
 	// for NodeRecoveryTime.
 	// default: DefaultNodeRecoveryTime (10s)
 	NodeRecoveryTime time.Duration
+
+	// HungNodeAfter is how long a node may leave every command sent to it
+	// unanswered before it is taken as hung and its breaker opens, without
+	// waiting for ReadTimeout or for NodeFailureThreshold timeouts: a node
+	// whose latency is high gets eight times its latency (or its peers',
+	// the larger) instead, when that is more. Silence is what counts, not
+	// the callers' deadlines: a node that keeps answering others is never
+	// hung, however many callers give up on it. When several nodes with
+	// commands outstanding are silent together, the client takes itself
+	// (a stalled process, its own network) to be the one not hearing, and
+	// opens nothing. The opening answers every command waiting on the node
+	// at once (see ErrNodeUnavailable and ErrOutcomeUnknown). Breakers off
+	// (a negative NodeFailureThreshold) turn this off too.
+	// default: DefaultHungNodeAfter (400ms)
+	HungNodeAfter time.Duration
 
 	// SlowNodeFactor and SlowNodeFloor say when a node that still answers
 	// is slow: its recent latency (a moving average with a 500ms time
@@ -490,6 +506,7 @@ func (cfg *Config) validate() error {
 		{"MaxLongConnections", int64(cfg.MaxLongConnections)},
 		{"PoolTimeout", int64(cfg.PoolTimeout)},
 		{"NodeRecoveryTime", int64(cfg.NodeRecoveryTime)},
+		{"HungNodeAfter", int64(cfg.HungNodeAfter)},
 		{"MaxRedirects", int64(cfg.MaxRedirects)},
 		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
@@ -549,6 +566,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.NodeRecoveryTime == 0 {
 		cfg.NodeRecoveryTime = DefaultNodeRecoveryTime
+	}
+	if cfg.HungNodeAfter == 0 {
+		cfg.HungNodeAfter = DefaultHungNodeAfter
 	}
 	if cfg.MaxRedirects == 0 {
 		cfg.MaxRedirects = DefaultMaxRedirects

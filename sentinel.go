@@ -130,22 +130,35 @@ func (s *sentinelMaster) use(addr string) {
 func (s *sentinelMaster) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
-		if err != nil && errors.Is(err, redis.Nil) {
-			// Every sentinel answered GET-MASTER-ADDR-BY-NAME with nil:
-			// they are up, and monitor no master by that name.
-			return nil, &unknownMasterError{name: s.name}
-		}
 		if err != nil {
-			var opErr *net.OpError
-			if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil && !s.isSentinel(opErr.Addr.String()) {
-				s.use(opErr.Addr.String())
-			}
-			return nil, err
+			return nil, s.failedDial(err)
+		}
+		if rc, refused := conn.(refusedConn); refused {
+			// The guard's verdict on the dial (nodeGuard.DialHook): the
+			// breaker refused it, or it failed, and rc carries why.
+			return refusedConn{s.failedDial(rc.err)}, nil
 		}
 		a := conn.RemoteAddr().String()
 		s.use(a)
 		return s.track(a, conn), nil
 	}
+}
+
+// failedDial is what a failed dial says about the master, and the error
+// the dial fails with: a dial to an address that is no sentinel names the
+// master, and a nil from every sentinel says they monitor no master by
+// that name.
+func (s *sentinelMaster) failedDial(err error) error {
+	if errors.Is(err, redis.Nil) {
+		// Every sentinel answered GET-MASTER-ADDR-BY-NAME with nil: they
+		// are up, and monitor no master by that name.
+		return &unknownMasterError{name: s.name}
+	}
+	var opErr *net.OpError
+	if s.cur.Load() == nil && errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Addr != nil && !s.isSentinel(opErr.Addr.String()) {
+		s.use(opErr.Addr.String())
+	}
+	return err
 }
 
 func (s *sentinelMaster) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

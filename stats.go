@@ -120,7 +120,7 @@ func (s *nodeSet) stats() []NodeStats {
 			ConsecutiveFailures: snap.ConsecutiveFailures,
 			LastTransition:      snap.LastTransition,
 			Opens:               snap.Opens,
-			InFlight:            n.inFlight.Load(),
+			InFlight:            n.inFlight.Load() + n.long.Load(),
 			PoolExhaustions:     n.exhaustions.Load(),
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 			Probes:              n.probes.Load(),

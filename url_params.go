@@ -42,6 +42,7 @@ var urlParams = map[string]urlParam{
 	"max_long_connections":   connectionsParam(func(c *Config) *int { return &c.MaxLongConnections }),
 	"node_failure_threshold": countParam(true, func(c *Config) *int { return &c.NodeFailureThreshold }),
 	"node_recovery_time":     durationParam(func(c *Config) *time.Duration { return &c.NodeRecoveryTime }),
+	"hung_node_after":        durationParam(func(c *Config) *time.Duration { return &c.HungNodeAfter }),
 	"health_write_ttl":       durationParam(func(c *Config) *time.Duration { return &c.HealthWriteTTL }),
 	"slow_node_factor":       {set: setSlowNodeFactor},
 	"slow_node_floor":        durationParam(func(c *Config) *time.Duration { return &c.SlowNodeFloor }),

@@ -464,6 +464,7 @@ func formatURL(cfg Config) string {
 	num("max_long_connections", cfg.MaxLongConnections)
 	num("node_failure_threshold", cfg.NodeFailureThreshold)
 	dur("node_recovery_time", cfg.NodeRecoveryTime)
+	dur("hung_node_after", cfg.HungNodeAfter)
 	dur("health_write_ttl", cfg.HealthWriteTTL)
 	if cfg.SlowNodeFactor != 0 {
 		q = append(q, "slow_node_factor="+strconv.FormatFloat(cfg.SlowNodeFactor, 'g', -1, 64))

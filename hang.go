@@ -1,0 +1,234 @@
+package redisguard
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+// hangWatch recognises a hung node from its silence rather than from
+// ReadTimeout: a node that has been sent something on one of its
+// connections and has sent nothing back, on any of them, for its silence
+// bound (Config.HungNodeAfter, more for a node whose latency is high) is
+// hung, and trip opens its breaker.
+//
+// What the watch listens to is the node's connections (connSet.listen),
+// not the callers: a command that waits for a connection, or whose caller
+// gives up before it is written, was never put to the node, and a reply
+// that arrives after its caller gave up was still sent. So a caller whose
+// 200ms deadline ends on a hung node counts through the node's silence,
+// and callers whose 1ms deadlines keep ending on a healthy node count for
+// nothing; a timeout counts as it always did.
+//
+// The client's own stalls must not look like a node's: a pause of the whole
+// process (a long GC, a starved container) shows as a tick of the watch that
+// comes late, after which every node is judged afresh; and where several
+// nodes wait for replies and none of the others has answered lately, the
+// client is taken to be the one not hearing, and nothing is tripped.
+//
+// A command pays for it with two stores on its connection's own cache line,
+// and one load of running when it is written. The watch runs one goroutine
+// while any connection waits for a reply, waking every hangTick, and stops
+// once none has for hangIdleStop; the next command written starts it again
+// (wake).
+type hangWatch struct {
+	clock clock.Clock
+	floor time.Duration // Config.HungNodeAfter
+	nodes func() []*node
+	// trip opens n's breaker, which has heard nothing from it for silent.
+	trip func(n *node, silent time.Duration)
+
+	running atomic.Bool // a watch goroutine runs, or is about to
+
+	mu     sync.Mutex
+	closed bool          // guarded by mu; no goroutine starts once set
+	stop   chan struct{} // closed by close
+	wg     sync.WaitGroup
+
+	// Touched only by the goroutine that judges.
+	last  time.Time              // the previous judgement; zero before the first of a run
+	quiet map[*node]*nodeSilence // what each node was last heard to say
+}
+
+// nodeSilence is what the watch last heard from a node.
+type nodeSilence struct {
+	since time.Time // when it last answered, or last had nothing to answer
+	heard time.Time // when it last answered
+}
+
+const (
+	// hangTick is how often the watch judges while work is outstanding.
+	hangTick = 25 * time.Millisecond
+	// hangLate is how late a tick may come before the watch takes the
+	// client itself to have stalled, and judges every node afresh.
+	hangLate = 4 * hangTick
+	// hangIdleStop is how long every node must have had nothing
+	// outstanding before the watch goroutine ends.
+	hangIdleStop = time.Second
+	// hangHeard is how recent an answer from another node must be for the
+	// client to be taken to hear its nodes while one of them is silent.
+	hangHeard = 4 * hangTick
+	// hangFactor times a node's latency (its own or its peers', the
+	// larger) is its silence bound where that is more than the floor.
+	hangFactor = 8
+)
+
+func newHangWatch(clk clock.Clock, floor time.Duration, nodes func() []*node, trip func(*node, time.Duration)) *hangWatch {
+	return &hangWatch{clock: clk, floor: floor, nodes: nodes, trip: trip, stop: make(chan struct{}),
+		quiet: make(map[*node]*nodeSilence)}
+}
+
+// wake makes sure the watch runs: a connection has just been asked
+// something. It costs one atomic load while the watch runs.
+func (w *hangWatch) wake() {
+	if w.running.Load() || !w.running.CompareAndSwap(false, true) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		w.running.Store(false)
+		return
+	}
+	w.wg.Add(1)
+	go w.run()
+}
+
+// close stops the watch and waits for it.
+func (w *hangWatch) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+func (w *hangWatch) run() {
+	defer w.wg.Done()
+	t := time.NewTicker(hangTick)
+	defer t.Stop()
+	w.last = time.Time{}
+	var idleSince time.Time
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		now := w.clock.Now()
+		if w.judge(now) {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = now
+		}
+		if now.Sub(idleSince) < hangIdleStop {
+			continue
+		}
+		// Nothing outstanding for a while. A command that found its node
+		// idle after the store below starts a new watch; one that found
+		// it idle before is seen by busy, and this watch goes on.
+		w.running.Store(false)
+		if !w.busy() || !w.running.CompareAndSwap(false, true) {
+			return
+		}
+		idleSince = time.Time{}
+	}
+}
+
+// busy reports whether any connection waits for a reply.
+func (w *hangWatch) busy() bool {
+	return slices.ContainsFunc(w.nodes(), func(n *node) bool { return n.conns.waiting() })
+}
+
+// judge looks at every node at now, trips the hung ones, and reports
+// whether any connection waited for a reply.
+func (w *hangWatch) judge(now time.Time) (busy bool) {
+	// The first tick of a run has nothing to compare with, and a late one
+	// may have missed answers that came while the client was stalled.
+	fresh := w.last.IsZero() || now.Sub(w.last) > hangLate
+	w.last = now
+	nodes := w.nodes()
+	type suspect struct {
+		n      *node
+		silent time.Duration
+	}
+	var suspects []suspect
+	waiting := 0
+	for _, n := range nodes {
+		s := w.quiet[n]
+		if s == nil {
+			s = &nodeSilence{since: now}
+			w.quiet[n] = s
+		}
+		heard, asked := n.conns.listen()
+		if heard {
+			s.heard = now
+		}
+		busy = busy || asked
+		if !asked || heard || fresh || n.resolving.Load() > 0 {
+			// A Sentinel dial spends its first wait on the sentinels,
+			// which is not the master's silence.
+			s.since = now
+			continue
+		}
+		waiting++
+		if silent := now.Sub(s.since); silent >= w.floor && silent >= w.bound(n, nodes) {
+			suspects = append(suspects, suspect{n, silent})
+		}
+	}
+	if len(suspects) == 0 {
+		return busy
+	}
+	if waiting > 1 && !w.heard(now, nodes, suspects[0].n) {
+		// Several nodes wait to answer and none of the others has answered
+		// lately either: it is more likely this client that hears nothing
+		// (or the network it shares with all of them), and the timeouts
+		// decide.
+		return busy
+	}
+	for _, s := range suspects {
+		w.trip(s.n, s.silent)
+		// Its breaker is open and its connections cut: what comes next
+		// is a new silence, if any.
+		w.quiet[s.n].since = now
+	}
+	return busy
+}
+
+// heard reports whether a node other than the suspects answered within
+// hangHeard of now. Suspects are silent for their bound at least, and
+// suspect is one of them.
+func (w *hangWatch) heard(now time.Time, nodes []*node, suspect *node) bool {
+	for _, n := range nodes {
+		if s := w.quiet[n]; n != suspect && s != nil && !s.heard.IsZero() && now.Sub(s.heard) < hangHeard {
+			return true
+		}
+	}
+	return false
+}
+
+// bound is how long n may stay silent with work outstanding: the floor, or
+// hangFactor times its latency or its peers' median, whichever is larger,
+// so that a node whose every command takes 100ms is not judged on a
+// node's that answers in 1ms.
+func (w *hangWatch) bound(n *node, nodes []*node) time.Duration {
+	lat, _, _, _ := n.lat.Estimate()
+	var peers []time.Duration
+	for _, p := range nodes {
+		if d, _, _, ok := p.lat.Estimate(); ok && p != n {
+			peers = append(peers, d)
+		}
+	}
+	if len(peers) > 0 {
+		slices.Sort(peers)
+		lat = max(lat, peers[len(peers)/2])
+	}
+	return max(w.floor, hangFactor*lat)
+}
