@@ -331,6 +331,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 		spec.k = newCore(cfg, c.clock)
 		spec.k.log = c.log
 		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
+		spec.nodes.nested = true
 	}
 	guard := func(addr string) nodeGuard {
 		g := spec.nodes.guard(addr)

@@ -266,6 +266,16 @@ func batchIsBlocking(cmds []redis.Cmder) bool {
 	return false
 }
 
+// isTxBatch reports whether cmds is a transaction as go-redis sends one:
+// TxPipeline wraps the queued commands in MULTI ... EXEC before the
+// pipeline hooks see them.
+func isTxBatch(cmds []redis.Cmder) bool {
+	if len(cmds) < 2 {
+		return false
+	}
+	return cmdKind(cmds[0]) == kindMulti && cmdKind(cmds[len(cmds)-1]) == kindExec
+}
+
 // allPlain reports whether every command of cmds is plain (plainCommand).
 func allPlain(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {

@@ -950,14 +950,3 @@ func (h *captureHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 func (h *captureHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-
-// isTxBatch reports whether cmds is a transaction as go-redis sends one
-// (the tests check what go-redis hands the pipeline hooks):
-// TxPipeline wraps the queued commands in MULTI ... EXEC before the
-// pipeline hooks see them.
-func isTxBatch(cmds []redis.Cmder) bool {
-	if len(cmds) < 2 {
-		return false
-	}
-	return cmdKind(cmds[0]) == kindMulti && cmdKind(cmds[len(cmds)-1]) == kindExec
-}

@@ -35,6 +35,7 @@ type Client struct {
 	adm      *admission      // the long budget and the long client (admission.go)
 	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
 	subs     *subscriptions  // live subscription connections (subscription_move.go)
+	ride     *rideOut        // waits out the replies that say a server cannot serve now
 	replicas *replicas       // replica reads (Config.ReadFrom); nil without
 
 	// undetected is why the first contact failed, when ModeAuto could not
@@ -97,6 +98,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		}
 	}
 	c.div = &divergence{k: c.core, topo: c.topo, nodes: c.nodes, probe: c.probeOpt}
+	c.ride = newRideOut(resolved.ClusterNodeTimeout, c.readOnlyAnswered())
 	c.adm = newAdmission(c.core, c.longClient)
 	c.adm.nodeDown = func(addr string) bool {
 		switch {
@@ -151,6 +153,23 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.div.cluster = cc
 	}
 	return c, nil
+}
+
+// readOnlyAnswered is what a READONLY from the node the client takes for
+// the master makes it do, before it sends the command again: in Standalone
+// mode, drop the idle pooled connections, so that new dials follow the
+// server's name to wherever it leads now (a managed service's primary
+// endpoint after a failover); in Sentinel mode, ask the sentinels. go-redis
+// reloads the slot map itself in Cluster mode.
+func (c *Client) readOnlyAnswered() func() {
+	switch c.cfg.Mode {
+	case ModeStandalone:
+		n := c.nodes.get(c.cfg.Addrs[0])
+		return n.conns.dropIdle
+	case ModeSentinel:
+		return func() { c.sentinel.lookup(true) }
+	}
+	return nil
 }
 
 // Mode reports the mode the client runs in (never ModeAuto).
@@ -211,7 +230,7 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if c.closed.Load() || !plainCommand(cmd.Args()) {
 			return c.process(ctx, cmd, next, maybeTx)
 		}
-		return c.answered(ctx, next(ctx, cmd))
+		return c.answered(ctx, cmd, next, next(ctx, cmd))
 	}
 }
 
@@ -226,15 +245,29 @@ func (c *Client) process(ctx context.Context, cmd redis.Cmder, next redis.Proces
 	if class := classifyCmd(cmd); class != classOrdinary {
 		return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
 	}
-	return c.answered(ctx, next(ctx, cmd))
+	return c.answered(ctx, cmd, next, next(ctx, cmd))
 }
 
 // answered returns err, what next answered an ordinary command, in
 // redisguard's terms.
-func (c *Client) answered(ctx context.Context, err error) error {
+func (c *Client) answered(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
 	if err == nil {
 		return nil
 	}
+	return c.failedCmd(ctx, cmd, next, err)
+}
+
+// failedCmd is answered for a command that failed: a reply that says the
+// server cannot serve it now is ridden out (rideOut), unless the command is
+// marked NoRetry (go-redis's per-command switch; redisguard's health
+// checks), and what remains is translated.
+//
+//go:noinline
+func (c *Client) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
+	if notServing(err) && !cmd.NoRetry() {
+		err = c.ride.process(ctx, err, func(ctx context.Context) error { return next(ctx, cmd) })
+	}
+	c.nodes.sent.forget(cmd) // go-redis's attempts have ended
 	return c.translate(ctx, err)
 }
 
@@ -250,13 +283,38 @@ func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redi
 	if c.closed.Load() || batchIsBlocking(cmds) {
 		return c.unusualBatch(ctx, cmds, maybeTx)
 	}
-	return c.batchDone(ctx, cmds, next(ctx, cmds))
+	return c.batchDone(ctx, cmds, next, next(ctx, cmds))
 }
 
 // batchDone returns err, what next answered a batch of ordinary commands,
 // in redisguard's terms.
-func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, err error) error {
-	if err == nil || (c.topo == nil && batchAnswered(err) && c.undetected == nil) {
+//
+// A refusal that needs riding out shows in err: in Cluster mode err is the
+// first command's error, of any node, that is not nil; a single node's
+// batch returns its first command's reply, and LOADING and MASTERDOWN
+// answer every command alike. (READONLY answers only the writes: a
+// pipeline whose first command is a read keeps its writes' READONLY.)
+func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
+	if (err == nil || (err == redis.Nil && c.topo == nil)) && !c.nodes.sent.pending() {
+		return err
+	}
+	return c.failedBatch(ctx, cmds, next, err)
+}
+
+// failedBatch is batchDone for a batch that failed: its commands refused
+// with a reply that says the server cannot serve them now are ridden out
+// (rideOut.batch), and what remains is translated.
+//
+//go:noinline
+func (c *Client) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
+	if (err == redis.Nil || isRedisReply(err)) && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+		err = c.ride.batch(ctx, cmds, next, err)
+	}
+	c.nodes.sent.forget(cmds...) // the caller's operation ends here
+	if err == nil || err == redis.Nil {
+		return err
+	}
+	if c.topo == nil && batchAnswered(err) && c.undetected == nil {
 		// A single node's replies, all read: nothing to translate.
 		return err
 	}
@@ -299,6 +357,7 @@ func (c *Client) translate(ctx context.Context, err error) error {
 	if err == nil || err == redis.Nil {
 		return err
 	}
+	err = unseal(err)
 	if isRedisReply(err) {
 		if c.undetected != nil && isRedirect(err) {
 			return &undetectedError{addr: c.cfg.Addrs[0], contact: c.undetected, reply: err}
@@ -358,7 +417,8 @@ func isRedisReply(err error) bool {
 // which take precedence over a context that expired meanwhile.
 func isGuardError(err error) bool {
 	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrOutcomeUnknown) ||
-		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption)
+		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption) || errors.Is(err, ErrNotServing) ||
+		errors.Is(err, ErrNodeFailed)
 }
 
 // ForEachMaster calls fn for each master concurrently, as go-redis's

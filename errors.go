@@ -26,9 +26,12 @@ var (
 	ErrInvalidConfig = errors.New("redisguard: invalid config")
 
 	// ErrNodeUnavailable means the node's circuit breaker is open: the node
-	// failed NodeFailureThreshold times in a row and has not yet passed a
-	// recovery probe. The command was not sent. It arrives wrapped in a
-	// *NodeError naming the node.
+	// failed NodeFailureThreshold times in a row, or left every command
+	// sent to it unanswered for HungNodeAfter, and has not yet passed a
+	// recovery probe. The command was not sent, or, safe to repeat, was cut
+	// short on its connection when the breaker opened (a command that is
+	// not safe to repeat gets ErrOutcomeUnknown then). It arrives wrapped
+	// in a *NodeError naming the node.
 	ErrNodeUnavailable = errors.New("redisguard: node unavailable")
 
 	// ErrNodeSlow means the node is marked slow (see Config.SlowNodeFactor)
@@ -59,10 +62,32 @@ var (
 	// out) after a command not known to be safe to repeat may have reached
 	// the server: RPUSH, INCR, SET NX, DEL, EVAL, an unknown command and the
 	// like (see repeatable in classify.go). It may or may not have run, so
-	// it was not retried. It arrives wrapped in a
-	// *NodeError naming the node, with the network error's text. Read back
-	// before retrying by hand.
+	// it was not sent again, by redisguard or go-redis, on any path. It
+	// arrives in a *NodeError naming the node, which wraps the network's
+	// error too. Read back before retrying by hand.
 	ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")
+
+	// ErrNodeFailed means the connection to the node failed while the
+	// command was sent or awaited its reply: the dial was refused, the
+	// connection was reset, or the node did not answer within ReadTimeout.
+	// The command either never ran or is safe to send again (a read, an
+	// unconditional SET; those that are not end with ErrOutcomeUnknown),
+	// and a reset was already retried once. It arrives in a *NodeError
+	// naming the node, which wraps the network's error: errors.As(err,
+	// &netErr) and errors.Is(err, os.ErrDeadlineExceeded) see it as they
+	// would with go-redis. The node's breaker counts it.
+	ErrNodeFailed = errors.New("redisguard: node failed")
+
+	// ErrNotServing means the server answered that it could not serve the
+	// command then, and did not run it: CLUSTERDOWN (between a master's
+	// FAIL mark and its replica's promotion), TRYAGAIN (a slot being
+	// migrated), LOADING (a server loading its data set), MASTERDOWN (a
+	// replica that lost its master) or READONLY (the node the client took
+	// for the master is a replica). redisguard sent it again after a
+	// back-off, for as long as the caller's deadline allowed and at most
+	// ClusterNodeTimeout; the message quotes the last reply. Retrying
+	// later is safe.
+	ErrNotServing = errors.New("redisguard: server not serving")
 
 	// ErrBlockingInWatch is returned at once, with nothing sent, for a
 	// blocking command (or a non-transactional batch containing one) issued
@@ -86,11 +111,15 @@ var (
 )
 
 // NodeError is the one typed error: a failure attributable to one node. Err
-// is a sentinel above (ErrNodeUnavailable, ErrPoolExhausted) or the cause
-// from go-redis, so errors.Is(err, ErrNodeUnavailable) sees through it.
+// is a sentinel above (ErrNodeUnavailable, ErrPoolExhausted...), or wraps
+// one, so errors.Is(err, ErrNodeUnavailable) sees through it. A failure of
+// the connection (ErrNodeFailed, ErrOutcomeUnknown) wraps the network's
+// error as well.
 type NodeError struct {
 	Addr string // host:port of the node
 	Err  error
+
+	cause error // the network's error behind Err, if any
 }
 
 func (e *NodeError) Error() string {
@@ -102,7 +131,39 @@ func (e *NodeError) Error() string {
 	return b.String()
 }
 
-func (e *NodeError) Unwrap() error { return e.Err }
+// Unwrap returns Err, and the network's error behind it if there is one.
+func (e *NodeError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.cause}
+}
+
+// sealed carries a *NodeError that wraps a network's error through
+// go-redis's cluster loops, which look through wrapping for network errors
+// and would send the command again: it unwraps to the sentinel alone. The
+// cluster facade hands the caller the NodeError itself (unseal).
+type sealed struct{ e *NodeError }
+
+func (s sealed) Error() string { return s.e.Error() }
+func (s sealed) Unwrap() error { return s.e.Err }
+
+// As lets errors.As find the NodeError, and nothing it wraps besides Err.
+func (s sealed) As(target any) bool {
+	if p, ok := target.(**NodeError); ok {
+		*p = s.e
+		return true
+	}
+	return false
+}
+
+// unseal returns the NodeError err carries, if it is sealed; err otherwise.
+func unseal(err error) error {
+	if s, ok := err.(sealed); ok {
+		return s.e
+	}
+	return err
+}
 
 // redirectOf parses a MOVED or ASK reply: "MOVED 3999 127.0.0.1:6381".
 func redirectOf(err error) (slot int, addr string, ok bool) {

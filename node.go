@@ -29,6 +29,12 @@ type nodeSet struct {
 	onOpen func(n *node)
 	slow   *slowNodes // marks slow nodes; nil when marking is off
 	watch  *hangWatch // trips the breakers of hung nodes; nil when breakers are off
+	sent   sentOnce   // unsafe commands a node may have run, in batches go-redis may send again
+	// nested says that the guards of the set run inside another guard,
+	// which scores and translates what they return (the long client in
+	// Standalone and Sentinel mode, see longClient): they hand on go-redis's
+	// errors, set-up marks included.
+	nested bool
 
 	mu    sync.Mutex
 	nodes map[string]*node        // guarded by mu; entries are never removed
@@ -482,7 +488,7 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 		return err
 	}
 	if ch.g.facade != nil {
-		err = ch.g.facade.translate(ctx, err)
+		err = ch.g.facade.failedCmd(ctx, cmd, ch.next, err)
 	}
 	return ch.failed(ctx, cmd, n, t, false, err)
 }
@@ -494,7 +500,10 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
 	g := &ch.g
 	if isHandshake(cmd) {
-		return handshake(ch.full(ctx, cmd), isHello(cmd))
+		// go-redis's own, for a connection: nothing of the facade's
+		// applies (its replies are go-redis's to judge, and a refusal is
+		// the caller's command's to ride out).
+		return handshake(ch.next(ctx, cmd), isHello(cmd))
 	}
 	if g.k.closed.Load() {
 		// Close outranks the breaker. In Standalone and Sentinel mode
@@ -570,18 +579,26 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 	if err == nil || isRedisReply(err) {
 		return err
 	}
-	if unrepeatable {
-		// Not repeated here, and not by go-redis's cluster loop either,
-		// which finds no network error in what it gets (repeat.go).
-		return n.outcomeUnknown(cmd, err)
-	}
-	if cut && contextDone(ctx) == nil {
-		return n.unavailable
-	}
 	if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
 		n.noteExhausted(c)
 	}
-	return n.translate(err)
+	if g.nodes.nested {
+		return n.translate(err)
+	}
+	return g.seal(n.callerError(ctx, cmd, err, cut, unrepeatable))
+}
+
+// seal is err, sealed when it wraps a network's error and what the guard
+// returns goes to go-redis's cluster loop, which would send the command
+// again on finding one (sealed); the cluster facade unseals it.
+func (g *nodeGuard) seal(err error) error {
+	if g.nodes.topo == nil {
+		return err
+	}
+	if ne, ok := err.(*NodeError); ok && ne.cause != nil {
+		return sealed{ne}
+	}
+	return err
 }
 
 // ProcessPipelineHook allocates twice: go-redis's AutoPipeliner builds its
@@ -658,7 +675,7 @@ func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
 //go:noinline
 func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
 	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() || bc.g.long ||
-		(bc.g.facade != nil && batchIsBlocking(cmds))
+		bc.g.nodes.sent.pending() || (bc.g.facade != nil && batchIsBlocking(cmds))
 }
 
 // nextFailed ends a batch that next answered with err, not nil, once the
@@ -667,7 +684,7 @@ func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
 //go:noinline
 func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *node, t breaker.Ticket, err error) error {
 	if bc.g.facade != nil {
-		err = bc.g.facade.batchDone(ctx, cmds, err)
+		err = bc.g.facade.batchDone(ctx, cmds, bc.next, err)
 	}
 	if err == nil || err == redis.Nil {
 		n.succeeded(t)
@@ -682,10 +699,18 @@ func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *nod
 func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) error {
 	g := &bc.g
 	if len(cmds) > 0 && isHandshake(cmds[0]) {
-		return handshake(bc.full(ctx, cmds), false)
+		return handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
 	}
 	if g.k.closed.Load() {
 		return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
+	}
+	if g.nodes.sent.pending() {
+		// go-redis sends a failed batch again whole: not the commands of it
+		// that may have run and are not safe to repeat (sentOnce).
+		var left bool
+		if cmds, left = g.nodes.sent.unsent(cmds); left && len(cmds) == 0 {
+			return nil // each keeps what it got; go-redis takes nil as served
+		}
 	}
 	if n.slow.Load() {
 		admitted, err := g.admitBatch(ctx, n, cmds)
@@ -747,43 +772,52 @@ func failBatch(cmds []redis.Cmder, err error) error {
 //go:noinline
 func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, long bool, err error) error {
 	cut := wasCut(n, err)
-	if !cut && g.retryReset(ctx, err) && (resendable(cmds) || isSetupFailure(err)) {
+	// go-redis's cluster client sends a failed node batch again by itself,
+	// without the commands that may have run (sentOnce); elsewhere the
+	// guard resends a batch that met a reset, if all of it is safe to.
+	if !cut && g.retryReset(ctx, err) && (isUnansweredSetup(err) || (g.nodes.topo == nil && resendable(cmds))) {
 		err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
 	}
 	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
+	if g.nodes.topo != nil {
+		g.nodes.sent.note(ctx, cmds, g.k.closed.Load())
+	}
 	if batchAnswered(err) {
 		return err
 	}
 	if isExhaustion(err) && !batchIsBlocking(cmds) {
 		n.noteExhausted(g.k)
 	}
-	cut = cut && contextDone(ctx) == nil && !g.k.closed.Load()
-	var first error
+	if g.nodes.nested {
+		for _, cmd := range cmds {
+			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+				cmd.SetErr(n.translate(cerr))
+			}
+		}
+		return n.translate(err)
+	}
+	closed := g.k.closed.Load()
+	var unknown error
 	for _, cmd := range cmds {
 		// A pool timeout fails the whole batch before anything is sent;
 		// the nil replies of a pipeline of GETs skip the check.
 		cerr := cmd.Err()
-		if cerr == nil || cerr == redis.Nil || isRedisReply(cerr) {
+		if cerr == nil || cerr == redis.Nil || isRedisReply(cerr) || errors.Is(cerr, ErrOutcomeUnknown) {
 			continue
 		}
-		switch {
-		case cut && mayHaveRun(ctx, cerr) && !repeatable(cmd):
-			cerr = n.outcomeUnknown(cmd, cerr)
-		case cut:
-			cerr = n.unavailable
-		default:
-			cerr = n.translate(cerr)
-		}
+		cerr = g.seal(n.callerError(ctx, cmd, cerr, cut, !closed && mayHaveRun(ctx, cerr) && !repeatable(cmd)))
 		cmd.SetErr(cerr)
-		if first == nil {
-			first = cerr
+		if unknown == nil && errors.Is(cerr, ErrOutcomeUnknown) {
+			unknown = cerr
 		}
 	}
-	if cut && first != nil {
-		return first
+	if unknown != nil {
+		// What the caller of a batch of one command (go-redis's ASK
+		// redirect) gets, and what must stop go-redis's retry loops.
+		return unknown
 	}
-	return n.translate(err)
+	return g.seal(n.callerError(ctx, nil, err, cut, false))
 }
 
 // wasCut reports whether err is what a command got whose connection to n
@@ -888,7 +922,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	switch {
 	case err == nil || err == redis.Nil:
 		return breaker.Success
-	case isRedisReply(err):
+	case isRedisReply(err), errors.Is(err, ErrNotServing):
 		return breaker.Success
 	case contextDone(ctx) != nil:
 		return breaker.Neutral
@@ -916,21 +950,20 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 
 // retryReset reports whether a failed call should be sent once more to the
 // same node: its connection was reset by the server (CLIENT KILL, an idle
-// timeout, a restart), and the caller still waits. Only in Standalone and
-// Sentinel mode, where go-redis's own retries are off (see build.go); the
-// cluster client's loop already retries a reset once on the same node. In
-// every mode, though, for a fresh connection reset before the server
-// answered anything: the breaker counts that as a failure (setup.go), and
-// must not count one that a CLIENT KILL caught in the middle of a handshake,
-// so it hears only of the retry, which such a kill rarely catches too.
+// timeout, a restart), and the caller still waits. go-redis's own retries
+// are off (see build.go), and the errors the guard hands go-redis's cluster
+// loop are not ones it retries (callerError), so this is the one retry. It
+// also covers a fresh connection reset before the server answered
+// anything: the breaker counts that as a failure (setup.go), and must not
+// count one that a CLIENT KILL caught in the middle of a handshake, so it
+// hears only of the retry, which such a kill rarely catches too.
 //
 // This is narrower than go-redis's MaxRetries on purpose: go-redis would also
 // retry read timeouts, doubling how long a hung server holds each caller
 // before its breaker hears of it, and pool timeouts, which must surface as
 // ErrPoolExhausted at once.
 func (g *nodeGuard) retryReset(ctx context.Context, err error) bool {
-	return (g.nodes.topo == nil || isUnansweredSetup(err)) && !g.k.closed.Load() && !isRedisReply(err) && isConnReset(err) &&
-		contextDone(ctx) == nil
+	return !g.k.closed.Load() && !isRedisReply(err) && isConnReset(err) && contextDone(ctx) == nil
 }
 
 // isConnReset reports whether err is an established connection dropped by the

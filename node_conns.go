@@ -87,6 +87,23 @@ func (s *connSet) len() int {
 	return len(s.conns)
 }
 
+// dropIdle closes the connections that wait for no reply: go-redis's pool
+// finds them closed and dials afresh, and a command in flight keeps its
+// connection until it is answered.
+func (s *connSet) dropIdle() {
+	s.mu.Lock()
+	var idle []*nodeConn
+	for c := range s.conns {
+		if c.state.Load()&connWaiting == 0 {
+			idle = append(idle, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range idle {
+		_ = c.Close()
+	}
+}
+
 // waiting reports whether one of the connections waits for a reply.
 func (s *connSet) waiting() bool {
 	s.mu.Lock()

@@ -42,8 +42,11 @@ func failsOnce(cause error, calls *int) func() error {
 
 // The node guard's decision, with go-redis's network replaced by a stub: an
 // unrepeatable command whose connection failed after the write ends with
-// ErrOutcomeUnknown, once, in a form go-redis's retry loops do not retry;
-// failures that prove the command did not run leave it repeatable.
+// ErrOutcomeUnknown, once; failures that prove the command did not run
+// leave it repeatable, and a reset is retried once, in every mode. The
+// error wraps the network's for the caller; on a cluster node client,
+// where go-redis's cluster loop gets it first, it shows that loop nothing
+// it would retry.
 func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 	ctx := context.Background()
 	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
@@ -52,17 +55,16 @@ func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 	for _, mode := range []Mode{ModeStandalone, ModeCluster} {
 		guard := offlineGuard(t, mode)
 		for _, tc := range []struct {
-			name      string
-			cause     error
-			cmd       []any
-			wantCalls int // Standalone; in Cluster go-redis's loop retries, not the guard
-			unknown   bool
+			name    string
+			cause   error
+			cmd     []any
+			unknown bool
 		}{
-			{"reset RPUSH", reset, []any{"rpush", "q", "x"}, 1, true},
-			{"EOF INCR", io.EOF, []any{"incr", "n"}, 1, true},
-			{"timeout SET NX", timeout, []any{"set", "lock", "me", "nx"}, 1, true},
-			{"reset SET", reset, []any{"set", "k", "v"}, 2, false},
-			{"failed write RPUSH", brokenWrite, []any{"rpush", "q", "x"}, 2, false},
+			{"reset RPUSH", reset, []any{"rpush", "q", "x"}, true},
+			{"EOF INCR", io.EOF, []any{"incr", "n"}, true},
+			{"timeout SET NX", timeout, []any{"set", "lock", "me", "nx"}, true},
+			{"reset SET", reset, []any{"set", "k", "v"}, false},
+			{"failed write RPUSH", brokenWrite, []any{"rpush", "q", "x"}, false},
 		} {
 			t.Run(mode.String()+"/"+tc.name, func(t *testing.T) {
 				calls := 0
@@ -70,13 +72,8 @@ func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 				process := guard.ProcessHook(func(context.Context, redis.Cmder) error { return next() })
 				err := process(ctx, redis.NewCmd(ctx, tc.cmd...))
 				if !tc.unknown {
-					if mode == ModeCluster {
-						assert.Equal(t, 1, calls)
-						assert.ErrorIs(t, err, tc.cause, "left for go-redis's cluster loop to retry")
-					} else {
-						assert.Equal(t, tc.wantCalls, calls)
-						assert.NoError(t, err)
-					}
+					assert.Equal(t, 2, calls, "retried once")
+					assert.NoError(t, err)
 					return
 				}
 				assert.Equal(t, 1, calls, "sent once")
@@ -85,6 +82,10 @@ func TestUnrepeatableCommandsAreNotRetried(t *testing.T) {
 				require.ErrorAs(t, err, &ne)
 				assert.Equal(t, "127.0.0.1:1", ne.Addr)
 				assert.Contains(t, err.Error(), tc.cause.Error(), "the cause is quoted")
+				assert.ErrorIs(t, ne, tc.cause, "the caller's error wraps the cause")
+				if mode != ModeCluster {
+					return
+				}
 				// What go-redis's shouldRetry looks for: none of it may show.
 				var netErr net.Error
 				assert.False(t, errors.As(err, &netErr), "a net.Error shows through")
@@ -354,4 +355,95 @@ func TestBlockingBatchWithUnrepeatableCommandIsNotResent(t *testing.T) {
 	waitBlocked(t, srv, 1) // resent on a fresh connection
 	require.NoError(t, srv.Admin().RPush(ctx, "resend:q", "x").Err())
 	assert.NoError(t, <-done, "a repeatable batch is resent after the reset")
+}
+
+// sentOnce keeps, across go-redis's attempts at a batch, the commands not
+// safe to repeat that may have run, and the guard leaves them out.
+func TestSentOnce(t *testing.T) {
+	ctx := context.Background()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	answered := redis.NewIntCmd(ctx, "incr", "a") // ran: answered before the batch failed
+	answered.SetVal(1)
+	lost := redis.NewIntCmd(ctx, "incr", "b") // may have run: its reply was lost
+	lost.SetErr(timeout)
+	unwritten := redis.NewIntCmd(ctx, "incr", "c") // did not run: the write failed
+	unwritten.SetErr(&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE})
+	moved := redis.NewIntCmd(ctx, "incr", "d") // did not run: redirected
+	moved.SetErr(redisErr("MOVED 1 127.0.0.1:7001"))
+	get := redis.NewStringCmd(ctx, "get", "e") // safe to send again
+	get.SetErr(timeout)
+	batch := []redis.Cmder{answered, lost, unwritten, moved, get}
+
+	var s sentOnce
+	assert.False(t, s.pending())
+	s.note(ctx, batch, false)
+	assert.True(t, s.pending())
+	again, left := s.unsent(batch)
+	assert.True(t, left)
+	assert.Equal(t, []redis.Cmder{unwritten, moved, get}, again)
+
+	tx := []redis.Cmder{redis.NewStatusCmd(ctx, "multi"), answered, redis.NewSliceCmd(ctx, "exec")}
+	again, left = s.unsent(tx)
+	assert.False(t, left, "a transaction is never split")
+	assert.Equal(t, tx, again)
+
+	again, left = s.unsent([]redis.Cmder{answered, lost})
+	assert.True(t, left)
+	assert.Empty(t, again)
+
+	s.forget(batch...)
+	assert.False(t, s.pending())
+	again, left = s.unsent(batch)
+	assert.False(t, left)
+	assert.Equal(t, batch, again)
+
+	// A closed client's failures say nothing about the server.
+	s.note(ctx, []redis.Cmder{lost}, true)
+	assert.False(t, s.pending())
+}
+
+func TestCallerErrorIsTyped(t *testing.T) {
+	n := &node{addr: "127.0.0.1:7000", unavailable: &NodeError{Addr: "127.0.0.1:7000", Err: ErrNodeUnavailable},
+		exhausted: &NodeError{Addr: "127.0.0.1:7000", Err: ErrPoolExhausted}}
+	live := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	incr := redis.NewIntCmd(live, "incr", "n")
+	tests := []struct {
+		name         string
+		ctx          context.Context
+		err          error
+		cut, unknown bool
+		is           error
+	}{
+		{"unsafe and may have run", live, timeout, false, true, ErrOutcomeUnknown},
+		{"a timeout", live, timeout, false, false, ErrNodeFailed},
+		{"a reset", live, io.EOF, false, false, ErrNodeFailed},
+		{"a refused dial", live, setupFailure(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false), false, false, ErrNodeFailed},
+		{"cut by the breaker", live, net.ErrClosed, true, false, ErrNodeUnavailable},
+		{"a pool timeout", live, redis.ErrPoolTimeout, false, false, ErrPoolExhausted},
+		{"the caller gave up", gone, timeout, false, false, os.ErrDeadlineExceeded},
+		{"go-redis closed the node client", live, redis.ErrClosed, false, false, redis.ErrClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := n.callerError(tt.ctx, incr, tt.err, tt.cut, tt.unknown)
+			require.ErrorIs(t, err, tt.is)
+			var ne *NodeError
+			if errors.As(err, &ne) && ne.cause != nil {
+				// The caller sees the network's error; go-redis's cluster
+				// loop, which gets it sealed, sees nothing it would retry.
+				assert.ErrorIs(t, err, withoutSetup(tt.err))
+				var netErr net.Error
+				assert.False(t, errors.As(sealed{ne}, &netErr), "go-redis's loops would take %v for a network error", err)
+				assert.False(t, isConnReset(sealed{ne}), "go-redis's loops would take %v for a reset", err)
+				assert.ErrorIs(t, sealed{ne}, tt.is)
+			}
+			if tt.is == ErrNodeUnavailable || tt.is == ErrOutcomeUnknown || tt.is == ErrNodeFailed {
+				require.ErrorAs(t, err, &ne)
+				assert.Equal(t, n.addr, ne.Addr)
+			}
+		})
+	}
 }

@@ -1,0 +1,173 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/clock"
+)
+
+// fakeRideOut is a rideOut whose waits pass at once on a fake clock, which
+// they advance.
+func fakeRideOut(max time.Duration) (*rideOut, *clock.Fake) {
+	clk := clock.NewFake(time.Now().Add(time.Hour)) // ahead of real time: contexts with its deadlines stay live
+	r := newRideOut(max, nil)
+	r.now = clk.Now
+	r.after = func(d time.Duration) <-chan time.Time {
+		clk.Advance(d)
+		ch := make(chan time.Time, 1)
+		ch <- clk.Now()
+		return ch
+	}
+	return r, clk
+}
+
+var clusterDown = redisErr("CLUSTERDOWN The cluster is down")
+
+func TestNotServing(t *testing.T) {
+	for _, reply := range []string{"CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
+		"LOADING Redis is loading the dataset in memory", "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+		"READONLY You can't write against a read only replica."} {
+		assert.True(t, notServing(redisErr(reply)), reply)
+	}
+	for _, err := range []error{nil, redis.Nil, redisErr("MOVED 1 127.0.0.1:7000"), redisErr("WRONGTYPE Operation against a key"),
+		redisErr("NOSCRIPT No matching script"), errors.New("CLUSTERDOWN not a reply"), notServingError(clusterDown)} {
+		assert.False(t, notServing(err), "%v", err)
+	}
+}
+
+func TestRideOutServedAfterRounds(t *testing.T) {
+	r, clk := fakeRideOut(15 * time.Second)
+	start := clk.Now()
+	sends := 0
+	err := r.process(context.Background(), clusterDown, func(context.Context) error {
+		if sends++; sends < 4 {
+			return clusterDown
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 4, sends)
+	// Rounds of about 50, 100, 200 and 400ms.
+	waited := clk.Now().Sub(start)
+	assert.InDelta(t, float64(750*time.Millisecond), float64(waited), float64(150*time.Millisecond))
+}
+
+func TestRideOutGivesUpTyped(t *testing.T) {
+	r, clk := fakeRideOut(3 * time.Second)
+	start := clk.Now()
+	sends := 0
+	err := r.process(context.Background(), clusterDown, func(context.Context) error { sends++; return clusterDown })
+	require.ErrorIs(t, err, ErrNotServing)
+	assert.Contains(t, err.Error(), "CLUSTERDOWN The cluster is down")
+	assert.False(t, isRedisReply(err), "the typed error still looks like the reply: go-redis would retry it")
+	assert.LessOrEqual(t, clk.Now().Sub(start), 3*time.Second)
+	assert.GreaterOrEqual(t, sends, 3)
+	assert.LessOrEqual(t, sends, 8, "rounds past a second apart")
+}
+
+func TestRideOutStopsBeforeTheCallersDeadline(t *testing.T) {
+	r, clk := fakeRideOut(15 * time.Second)
+	start := clk.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(300*time.Millisecond))
+	defer cancel()
+	sends := 0
+	err := r.process(ctx, clusterDown, func(context.Context) error { sends++; return clusterDown })
+	require.ErrorIs(t, err, ErrNotServing, "a typed error, before the deadline, not the context's")
+	assert.Less(t, clk.Now().Sub(start), 300*time.Millisecond, "waited past the caller's deadline")
+	assert.Contains(t, []int{2, 3}, sends, "rounds of about 50, 100 and 200ms, as many as fit")
+}
+
+func TestRideOutLeavesOtherErrorsAlone(t *testing.T) {
+	r, _ := fakeRideOut(time.Second)
+	wrong := redisErr("WRONGTYPE Operation against a key holding the wrong kind of value")
+	assert.Equal(t, wrong, r.process(context.Background(), wrong, func(context.Context) error {
+		t.Fatal("sent again")
+		return nil
+	}))
+}
+
+// Callers that meet the same refusal at once share the wait: one command
+// per round reaches the server until it serves, then each caller's once.
+func TestRideOutCallersShareTheWait(t *testing.T) {
+	r, _ := fakeRideOut(15 * time.Second)
+	release := make(chan time.Time)
+	var waiting atomic.Int32
+	r.after = func(time.Duration) <-chan time.Time { waiting.Add(1); return release }
+	var served atomic.Bool
+	var sends atomic.Int32
+	send := func(context.Context) error {
+		sends.Add(1)
+		if served.Load() {
+			return nil
+		}
+		return clusterDown
+	}
+	const callers = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() { errs <- r.process(context.Background(), clusterDown, send) })
+	}
+	// One leader waits on its back-off; the others wait for its round
+	// (each follower's timer is the deadline's).
+	require.Eventually(t, func() bool { return waiting.Load() == callers }, 5*time.Second, time.Millisecond)
+	release <- time.Now() // the leader sends, and is refused again
+	require.Eventually(t, func() bool { return waiting.Load() >= 2*callers-1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int32(1), sends.Load(), "more than the leader sent during a round")
+	served.Store(true)
+	release <- time.Now()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.Equal(t, int32(2+callers-1), sends.Load(), "two rounds of the leader, then each follower once")
+}
+
+func TestRideOutBatch(t *testing.T) {
+	r, _ := fakeRideOut(15 * time.Second)
+	ctx := context.Background()
+	get, incr, set := redis.NewStringCmd(ctx, "get", "a"), redis.NewIntCmd(ctx, "incr", "n"), redis.NewStatusCmd(ctx, "set", "b", "1")
+	get.SetVal("x")
+	incr.SetErr(clusterDown)
+	set.SetErr(clusterDown)
+	var resent [][]redis.Cmder
+	next := func(_ context.Context, cmds []redis.Cmder) error {
+		resent = append(resent, cmds)
+		for _, cmd := range cmds {
+			if len(resent) == 1 && cmd == set {
+				cmd.SetErr(clusterDown) // still refused in the first round
+			}
+		}
+		return nil
+	}
+	err := r.batch(ctx, []redis.Cmder{get, incr, set}, next, clusterDown)
+	require.NoError(t, err)
+	require.Len(t, resent, 2)
+	assert.Equal(t, []redis.Cmder{incr, set}, resent[0], "only the refused commands are sent again")
+	assert.Equal(t, []redis.Cmder{set}, resent[1])
+	assert.Equal(t, "x", get.Val(), "an answered command keeps its answer")
+}
+
+func TestRideOutBatchTypesWhatIsLeft(t *testing.T) {
+	r, _ := fakeRideOut(time.Second)
+	ctx := context.Background()
+	get := redis.NewStringCmd(ctx, "get", "a")
+	get.SetErr(clusterDown)
+	err := r.batch(ctx, []redis.Cmder{get}, func(_ context.Context, cmds []redis.Cmder) error {
+		cmds[0].SetErr(clusterDown)
+		return clusterDown
+	}, clusterDown)
+	require.ErrorIs(t, err, ErrNotServing)
+	require.ErrorIs(t, get.Err(), ErrNotServing)
+	assert.False(t, isRedisReply(get.Err()))
+}
