@@ -139,6 +139,17 @@ func (s *sentinelMaster) DialHook(next redis.DialHook) redis.DialHook {
 			return refusedConn{s.failedDial(rc.err)}, nil
 		}
 		a := conn.RemoteAddr().String()
+		if cur := s.cur.Load(); cur != nil && cur.addr != a {
+			if n := s.nodes(a); n.br.State() == breaker.Open {
+				// go-redis's sentinel still names the master redisguard
+				// has moved away from (its answer predates the move, or
+				// the sentinel it asks has not heard of it): a node with
+				// an open breaker gets no traffic, and does not become
+				// the master again.
+				_ = conn.Close()
+				return refusedConn{setupFailure(n.unavailable, true)}, nil
+			}
+		}
 		s.use(a)
 		return s.track(a, conn), nil
 	}
