@@ -57,7 +57,7 @@ type round struct {
 // between 0.8 and 1.2.
 const (
 	rideOutFirst = 50 * time.Millisecond
-	rideOutMax   = time.Second
+	rideOutMax   = 250 * time.Millisecond
 )
 
 func newRideOut(max time.Duration, readOnly func()) *rideOut {

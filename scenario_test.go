@@ -212,6 +212,13 @@ func slotShards(t *testing.T, cl *redistest.Cluster) []int {
 // over servers that answer.
 func commandCalls(t *testing.T, servers []*redistest.Server, cmd string) int {
 	t.Helper()
+	return commandStatField(t, servers, cmd, "calls")
+}
+
+// commandStatField sums one field of INFO commandstats for cmd (calls,
+// rejected_calls, failed_calls) over servers that answer.
+func commandStatField(t *testing.T, servers []*redistest.Server, cmd, field string) int {
+	t.Helper()
 	total := 0
 	for _, s := range servers {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -225,7 +232,7 @@ func commandCalls(t *testing.T, servers []*redistest.Server, cmd string) int {
 				continue
 			}
 			for _, f := range strings.Split(strings.TrimPrefix(line, "cmdstat_"+cmd+":"), ",") {
-				if v, ok := strings.CutPrefix(f, "calls="); ok {
+				if v, ok := strings.CutPrefix(f, field+"="); ok {
 					n, _ := strconv.Atoi(strings.TrimSpace(v))
 					total += n
 				}

@@ -1,0 +1,203 @@
+package redisguard
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// The cluster refuses keyed commands with CLUSTERDOWN for 1.5s: one master's
+// view loses a slot, as between a master's FAIL mark and its replica's
+// promotion. A GET and an INCR whose callers wait 5s are answered once it
+// serves again, the INCR run once; one whose caller waits 300ms ends typed.
+// No breaker opens: the nodes answered all along.
+func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
+	ctx := testCtx(t, time.Minute)
+	owner := cl.MasterForSlot(t, 0)
+	var other *redistest.Server
+	for _, m := range cl.Masters {
+		if m != owner {
+			other = m
+			break
+		}
+	}
+
+	type result struct {
+		name              string
+		get, incr, short  error
+		getTook, incrTook time.Duration
+		count             int64
+	}
+	run := func(name string, c redis.UniversalClient) result {
+		r := result{name: name}
+		// Keys of the master that refuses, and of a slot it still owns.
+		key, counter := cl.KeyOn(t, owner, "down:"+name+":k"), cl.KeyOn(t, owner, "down:"+name+":n")
+		require.NoError(t, c.Set(ctx, key, "v", 0).Err())
+		require.NoError(t, c.Del(ctx, counter).Err())
+		// A master whose own view lacks a slot (it gave it up; its peers
+		// still name it the owner) takes the cluster for down and refuses
+		// every keyed command; the other masters serve.
+		require.NoError(t, owner.Admin().Do(ctx, "cluster", "delslots", 0).Err())
+		redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
+			if err := owner.Admin().Get(ctx, key).Err(); !redis.IsClusterDownError(err) {
+				return fmt.Errorf("a GET answered %v", err)
+			}
+			return nil
+		})
+		down := time.Now()
+		back := make(chan struct{})
+		time.AfterFunc(1500*time.Millisecond, func() {
+			defer close(back)
+			_ = owner.Admin().Do(context.Background(), "cluster", "addslots", 0).Err()
+		})
+		done := make(chan struct{}, 3)
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			r.get = c.Get(call, key).Err()
+			r.getTook = time.Since(down)
+			done <- struct{}{}
+		}()
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			r.incr = c.Incr(call, counter).Err()
+			r.incrTook = time.Since(down)
+			done <- struct{}{}
+		}()
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			r.short = c.Get(call, key).Err()
+			done <- struct{}{}
+		}()
+		for range 3 {
+			<-done
+		}
+		<-back
+		cl.WaitHealthy(t)
+		if n, err := owner.Admin().Get(ctx, counter).Int64(); err == nil {
+			r.count = n
+		}
+		assert.NoError(t, c.Set(ctx, cl.KeyOn(t, other, "down:"+name+":o"), "v", 0).Err(), "another master's key")
+		return r
+	}
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	rs := run("go-redis", stock)
+	require.NoError(t, stock.Close())
+
+	events := &eventLog{}
+	guard := newTestClient(t, Config{Addrs: cl.Addrs(), OnEvent: events.onEvent})
+	rg := run("redisguard", guard)
+
+	show := func(err error) string {
+		if err == nil {
+			return "ok"
+		}
+		return err.Error()
+	}
+	row := func(r result) []string {
+		return []string{r.name, show(r.get), fmtDur(r.getTook), show(r.incr), fmtDur(r.incrTook), strconv.FormatInt(r.count, 10), show(r.short)}
+	}
+	table(t, "the cluster answers CLUSTERDOWN for 1.5s",
+		[]string{"client", "GET (5s)", "answered after", "INCR (5s)", "answered after", "counter", "GET (300ms)"}, row(rs), row(rg))
+
+	require.NoError(t, rg.get, "a GET with time to wait was not ridden out")
+	require.NoError(t, rg.incr, "an INCR with time to wait was not ridden out")
+	assert.Equal(t, int64(1), rg.count, "the INCR ran other than once")
+	assert.GreaterOrEqual(t, rg.getTook, 1400*time.Millisecond, "answered before the cluster served again?")
+	assert.Less(t, rg.getTook, 1500*time.Millisecond+pick(1200*time.Millisecond, 2*time.Second), "answered long after the cluster served again")
+	require.ErrorIs(t, rg.short, ErrNotServing, "the 300ms GET")
+	assert.False(t, isRedisReply(rg.short), "the raw reply reached the caller")
+	assert.Empty(t, events.find(EventBreakerOpened, func(Event) bool { return true }), "a breaker opened on replies")
+}
+
+// A managed service's primary endpoint: one name, which leads new
+// connections to the new primary after a failover, while the pooled ones
+// stay with the old primary, now a replica. go-redis alone sends a write
+// again after READONLY on a fresh connection; redisguard rides READONLY out
+// the same way, dropping the idle connections so that new dials follow the
+// name. No write fails, and none runs on the demoted node.
+func TestScenarioReadOnlyBehindANameIsRiddenOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	const writers = 20
+	type result struct {
+		name            string
+		writes, failed  int
+		errs            string
+		refusedByDemoted int // SETs the demoted primary answered READONLY
+	}
+	run := func(name string, build func(dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient) result {
+		primary := redistest.StartServer(t)
+		replica := redistest.StartReplica(t, primary)
+		var target atomic.Pointer[string]
+		target.Store(&primary.Addr)
+		// What DNS does for the name: each new connection goes wherever it
+		// points now.
+		dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, *target.Load())
+		}
+		c := build(dial)
+		defer c.Close()
+		stop := make(chan struct{})
+		rec := make(chan *opRecord, 1)
+		go func() {
+			rec <- runPacedUntil(writers, 5*time.Millisecond, stop, func(ctx context.Context, rng *rand.Rand, seq int) (int, error) {
+				return 0, c.Set(ctx, "name:"+strconv.Itoa(seq>>32), strconv.Itoa(seq), 0).Err()
+			})
+		}()
+		time.Sleep(time.Second)
+		ctx := testCtx(t, 30*time.Second)
+		// The failover, as a managed service runs it: the replica takes
+		// over, the old primary follows it, and the name moves.
+		require.NoError(t, replica.Admin().Do(ctx, "replicaof", "no", "one").Err())
+		host, port, _ := net.SplitHostPort(replica.Addr)
+		require.NoError(t, primary.Admin().Do(ctx, "replicaof", host, port).Err())
+		refusedBefore := commandStatField(t, []*redistest.Server{primary}, "set", "rejected_calls")
+		target.Store(&replica.Addr)
+		time.Sleep(2 * time.Second)
+		close(stop)
+		r := <-rec
+		errs := r.filter(-1, 0, time.Hour, errOps)
+		return result{name: name, writes: len(r.filter(-1, 0, time.Hour, nil)), failed: len(errs), errs: errorKinds(errs),
+			refusedByDemoted: commandStatField(t, []*redistest.Server{primary}, "set", "rejected_calls") - refusedBefore}
+	}
+	rs := run("go-redis", func(dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: "primary.example:6379", Dialer: dial, PoolSize: writers})
+	})
+	rg := run("redisguard", func(dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient {
+		c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"primary.example:6379"}, Dialer: dial})
+		require.NoError(t, err)
+		return c
+	})
+	row := func(r result) []string {
+		return []string{r.name, strconv.Itoa(r.writes), strconv.Itoa(r.failed), strconv.Itoa(r.refusedByDemoted)}
+	}
+	table(t, fmt.Sprintf("the primary's name moves to the promoted replica: %d writers", writers),
+		[]string{"client", "writes", "failed", "SETs the demoted primary refused (READONLY)"}, row(rs), row(rg))
+	t.Logf("go-redis errors: %s", rs.errs)
+	t.Logf("redisguard errors: %s", rg.errs)
+	assert.Zero(t, rg.failed, "writes failed: %s", rg.errs)
+	// Each pooled connection meets the demoted primary once at most: the
+	// first READONLY drops the idle ones, and each busy one is dropped once
+	// its own READONLY has come back.
+	assert.LessOrEqual(t, rg.refusedByDemoted, writers, "writes kept going to the demoted primary")
+}
