@@ -139,9 +139,9 @@ func TestScenarioReadOnlyBehindANameIsRiddenOut(t *testing.T) {
 	}
 	const writers = 20
 	type result struct {
-		name            string
-		writes, failed  int
-		errs            string
+		name             string
+		writes, failed   int
+		errs             string
 		refusedByDemoted int // SETs the demoted primary answered READONLY
 	}
 	run := func(name string, build func(dial func(context.Context, string, string) (net.Conn, error)) redis.UniversalClient) result {
