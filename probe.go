@@ -126,7 +126,9 @@ func (p *prober) probeUntilRecovered(n *node, delay time.Duration) {
 			}
 			n.probes.Add(1)
 			if answered(err) {
-				n.br.Recover()
+				if n.br.Recover() {
+					p.confirm(n)
+				}
 				return
 			}
 			n.probeFailures.Add(1)
@@ -151,6 +153,40 @@ func (p *prober) probeUntilRecovered(n *node, delay time.Duration) {
 			timer.Reset(delay)
 		}
 	}
+}
+
+// confirmAfter is how long a breaker a probe moved to half-open waits for a
+// command to close it before the prober closes it with a second probe.
+const confirmAfter = 200 * time.Millisecond
+
+// confirm settles n's breaker, half-open after an answered probe, when no
+// command comes to do it: a node nobody sends to would otherwise stay
+// half-open for ever, and its outage, told when the breaker closes, would
+// last until the next command. A second answered probe closes it; a failed
+// one opens it again, as a failed command would.
+func (p *prober) confirm(n *node) {
+	t := time.NewTimer(confirmAfter)
+	defer t.Stop()
+	select {
+	case <-p.ctx.Done():
+		return
+	case <-t.C:
+	}
+	if n.br.State() != breaker.HalfOpen {
+		return // a command closed it, or failed and opened it again
+	}
+	err := p.probe(p.ctx, n.addr, p.readTimeout)
+	if p.ctx.Err() != nil {
+		return
+	}
+	n.probes.Add(1)
+	if answered(err) {
+		n.br.Confirm()
+		return
+	}
+	n.probeFailures.Add(1)
+	p.failed(n, err)
+	n.br.Trip()
 }
 
 // answered reports whether a probe's result says the node serves again: it

@@ -32,7 +32,8 @@ func goroutinesIn(fn string) int {
 
 // A closed node has no prober; an open one has exactly one, however many
 // commands its breaker refuses; it stops once the node answers, and the
-// node's first answered command closes the breaker.
+// breaker closes (at the node's first answered command, or at the prober's
+// second answered probe).
 func TestProberRunsOnlyWhileTheBreakerIsOpen(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 1, ReadTimeout: 300 * time.Millisecond})
@@ -50,7 +51,7 @@ func TestProberRunsOnlyWhileTheBreakerIsOpen(t *testing.T) {
 
 	srv.Restart(t)
 	redistest.WaitFor(t, 10*time.Second, "the prober to find the node and stop", func() error {
-		if s := c.nodes.get(srv.Addr).br.State(); s != breaker.HalfOpen {
+		if s := c.nodes.get(srv.Addr).br.State(); s == breaker.Open {
 			return fmt.Errorf("breaker %v", s)
 		}
 		if n := goroutinesIn(run); n != 0 {
@@ -89,7 +90,7 @@ func TestCloseStopsProbers(t *testing.T) {
 // probes later; the client passes NodeRecoveryTime on as the schedule's
 // longest delay.
 func TestProbeScheduleFollowsNodeRecoveryTime(t *testing.T) {
-	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}, NodeRecoveryTime: 3 * time.Second})
+	c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}, NodeRecoveryTime: 3 * time.Second})
 	n := c.nodes.get("127.0.0.1:1")
 	now := time.Now()
 	assert.LessOrEqual(t, n.sched.Next(now.Add(time.Hour), false), time.Duration(float64(3*time.Second)*1.2))
@@ -119,4 +120,29 @@ func TestProbeEndsWhenCancelled(t *testing.T) {
 		t.Fatal("a cancelled probe kept waiting for its answer")
 	}
 	srv.Resume(t)
+}
+
+// A node nobody sends to: its breaker opened, the server came back, and no
+// command follows. The answered probes close the breaker by themselves, and
+// the closed event tells how long the node was really out.
+func TestIdleBreakerClosesOnItsProbes(t *testing.T) {
+	srv := redistest.StartServer(t)
+	events := &eventLog{}
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, Mode: ModeStandalone, NodeFailureThreshold: 1, OnEvent: events.onEvent})
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+	srv.Kill(t)
+	require.Error(t, c.Ping(ctx).Err())
+	opened := events.waitEvent(t, 5*time.Second, EventBreakerOpened, func(Event) bool { return true })
+	time.Sleep(time.Second) // the outage
+	srv.Restart(t)
+	back := time.Now()
+	closedAt := events.waitEvent(t, 5*time.Second, EventBreakerClosed, func(Event) bool { return true })
+	closed := events.find(EventBreakerClosed, func(Event) bool { return true })[0]
+	t.Logf("server back %v after the opening; breaker closed %v after that, reporting %v out",
+		back.Sub(opened).Round(time.Millisecond), closedAt.Sub(back).Round(time.Millisecond), closed.Duration.Round(time.Millisecond))
+	assert.Less(t, closedAt.Sub(back), time.Second, "the breaker stayed half-open without traffic")
+	assert.InDelta(t, float64(back.Sub(opened)), float64(closed.Duration), float64(500*time.Millisecond),
+		"the closed event's outage is not the node's")
+	assert.Equal(t, "closed", c.Stats().Nodes[0].State)
 }

@@ -234,6 +234,17 @@ func (b *Breaker) Recover() bool {
 	return stateOf(w) == Open && b.move(w, HalfOpen)
 }
 
+// Confirm closes a half-open breaker, as the first answered call would: its
+// owner has seen the node answer a second probe and no call has come to
+// close it. It reports whether the breaker was half-open.
+func (b *Breaker) Confirm() bool {
+	if b.disabled {
+		return false
+	}
+	w := b.word.Load()
+	return stateOf(w) == HalfOpen && b.move(w, Closed)
+}
+
 // Trip opens the breaker at once, from Closed or HalfOpen, whatever its
 // failure count: for an owner that has seen the node fail in a way no
 // single call reports, such as a node that has answered nothing for a long

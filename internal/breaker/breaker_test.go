@@ -465,3 +465,30 @@ func TestTripDisabled(t *testing.T) {
 	}
 	wantState(t, b, breaker.Closed, "disabled, after Trip")
 }
+
+func TestConfirm(t *testing.T) {
+	b, _, rec := newTestBreaker()
+	if b.Confirm() {
+		t.Fatal("Confirm() on a closed breaker = true")
+	}
+	trip(t, b)
+	if b.Confirm() {
+		t.Fatal("Confirm() on an open breaker = true")
+	}
+	wantState(t, b, breaker.Open, "Confirm on an open breaker")
+	if !b.Recover() {
+		t.Fatal("Recover() = false")
+	}
+	old, _ := b.Allow()
+	if !b.Confirm() {
+		t.Fatal("Confirm() on a half-open breaker = false")
+	}
+	wantState(t, b, breaker.Closed, "after Confirm")
+	want := []transition{{breaker.Closed, breaker.Open}, {breaker.Open, breaker.HalfOpen}, {breaker.HalfOpen, breaker.Closed}}
+	if got := rec.transitions(); !slices.Equal(got, want) {
+		t.Fatalf("transitions %v, want %v", got, want)
+	}
+	// A failure admitted while half-open belongs to the earlier state.
+	b.Done(old, breaker.Failure)
+	wantState(t, b, breaker.Closed, "a half-open call's failure after Confirm")
+}
