@@ -781,7 +781,7 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
 	if g.nodes.topo != nil {
-		g.nodes.sent.note(ctx, cmds, g.k.closed.Load())
+		g.nodes.sent.note(ctx, cmds, err, g.k.closed.Load())
 	}
 	if batchAnswered(err) {
 		return err
@@ -803,8 +803,16 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 		// A pool timeout fails the whole batch before anything is sent;
 		// the nil replies of a pipeline of GETs skip the check.
 		cerr := cmd.Err()
-		if cerr == nil || cerr == redis.Nil || isRedisReply(cerr) || errors.Is(cerr, ErrOutcomeUnknown) {
+		if cerr == nil || cerr == redis.Nil || errors.Is(cerr, ErrOutcomeUnknown) {
 			continue
+		}
+		if isRedisReply(cerr) {
+			if !didNotRun(cerr) || repeatable(cmd) || !ranOrMayHave(ctx, cerr, err, closed) {
+				continue
+			}
+			// An earlier attempt's redirect, on a command sent again
+			// (ranOrMayHave): its outcome is this attempt's failure's.
+			cerr = err
 		}
 		cerr = g.seal(n.callerError(ctx, cmd, cerr, cut, !closed && mayHaveRun(ctx, cerr) && !repeatable(cmd)))
 		cmd.SetErr(cerr)

@@ -136,17 +136,12 @@ const (
 	sentOnceTTL   = time.Minute
 )
 
-// note records each command of cmds, a node's batch that failed, that is
-// not safe to repeat and ran, or may have: it was answered (a reply that
-// says it did not run aside), or its connection failed after it may have
-// reached the server.
-func (s *sentOnce) note(ctx context.Context, cmds []redis.Cmder, closed bool) {
+// note records each command of cmds, a node's batch that failed with err,
+// that is not safe to repeat and ran, or may have (ranOrMayHave).
+func (s *sentOnce) note(ctx context.Context, cmds []redis.Cmder, err error, closed bool) {
 	now := time.Now()
 	for _, cmd := range cmds {
-		err := cmd.Err()
-		ran := err == nil || err == redis.Nil || (isRedisReply(err) && !didNotRun(err)) ||
-			errors.Is(err, ErrOutcomeUnknown) || (!closed && mayHaveRun(ctx, err))
-		if !ran || repeatable(cmd) {
+		if repeatable(cmd) || !ranOrMayHave(ctx, cmd.Err(), err, closed) {
 			continue
 		}
 		s.mu.Lock()
@@ -166,6 +161,29 @@ func (s *sentOnce) note(ctx context.Context, cmds []redis.Cmder, closed bool) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// ranOrMayHave reports whether a command of a node's batch that failed
+// with batchErr, its own error being err, ran or may have: it was answered
+// (a reply that says it did not run aside), or its connection failed after
+// it may have reached the server. A reply that says it did not run, in a
+// batch whose connection then failed, may be an earlier attempt's: go-redis
+// stamps a failure only on the commands without an error, and a command
+// redirected before keeps its MOVED or ASK while it is sent again. It is
+// taken to have reached the server this time.
+func ranOrMayHave(ctx context.Context, err, batchErr error, closed bool) bool {
+	if closed {
+		return err == nil || err == redis.Nil || (isRedisReply(err) && !didNotRun(err))
+	}
+	switch {
+	case err == nil || err == redis.Nil || errors.Is(err, ErrOutcomeUnknown):
+		return true
+	case isRedisReply(err) && didNotRun(err):
+		return !batchAnswered(batchErr) && mayHaveRun(ctx, batchErr)
+	case isRedisReply(err):
+		return true
+	}
+	return mayHaveRun(ctx, err)
 }
 
 // pending reports whether any command is recorded.

@@ -368,7 +368,7 @@ func TestSentOnce(t *testing.T) {
 	lost.SetErr(timeout)
 	unwritten := redis.NewIntCmd(ctx, "incr", "c") // did not run: the write failed
 	unwritten.SetErr(&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE})
-	moved := redis.NewIntCmd(ctx, "incr", "d") // did not run: redirected
+	moved := redis.NewIntCmd(ctx, "incr", "d") // redirected, now or in an attempt before this one
 	moved.SetErr(redisErr("MOVED 1 127.0.0.1:7001"))
 	get := redis.NewStringCmd(ctx, "get", "e") // safe to send again
 	get.SetErr(timeout)
@@ -376,9 +376,20 @@ func TestSentOnce(t *testing.T) {
 
 	var s sentOnce
 	assert.False(t, s.pending())
-	s.note(ctx, batch, false)
+	// The batch's connection failed: a MOVED on a command may be an earlier
+	// attempt's (go-redis stamps the failure only on commands without an
+	// error), so the command may have run this time.
+	s.note(ctx, batch, timeout, false)
 	assert.True(t, s.pending())
 	again, left := s.unsent(batch)
+	assert.True(t, left)
+	assert.Equal(t, []redis.Cmder{unwritten, get}, again)
+	s.forget(batch...)
+
+	// The batch was answered, its first command TRYAGAIN: the MOVED is
+	// this attempt's, and the redirected command did not run.
+	s.note(ctx, batch, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"), false)
+	again, left = s.unsent(batch)
 	assert.True(t, left)
 	assert.Equal(t, []redis.Cmder{unwritten, moved, get}, again)
 
@@ -398,7 +409,7 @@ func TestSentOnce(t *testing.T) {
 	assert.Equal(t, batch, again)
 
 	// A closed client's failures say nothing about the server.
-	s.note(ctx, []redis.Cmder{lost}, true)
+	s.note(ctx, []redis.Cmder{lost}, timeout, true)
 	assert.False(t, s.pending())
 }
 
