@@ -563,7 +563,7 @@ func TestBlockingCallClosesHalfOpenBreaker(t *testing.T) {
 // so only classification and admission are measured.
 func facadeHookFor(tb testing.TB) (redis.ProcessHook, redis.ProcessPipelineHook) {
 	tb.Helper()
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = c.Close() })
 	h := facadeHook{c}
@@ -601,7 +601,7 @@ func BenchmarkAdmissionOrdinary(b *testing.B) {
 // blocking command: classification, a permit, and a dedicated connection
 // from the idle list and back. The connection is never used.
 func BenchmarkAdmissionBlocking(b *testing.B) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close() })
 	long, err := c.adm.client()

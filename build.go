@@ -65,6 +65,7 @@ type clientHooks struct {
 	topo     *topology          // Cluster mode: the single-flight slot-map cache
 	sentinel *sentinelMaster    // Sentinel mode
 	replicas *replicas          // ordinary client, with Config.ReadFrom: replica reads
+	pending  *pendingMode       // Standalone, when ModeAuto waits for the server's answer
 }
 
 // hookable is what every go-redis client newGoRedis builds can do; the
@@ -297,11 +298,20 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
-		cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
 		g := s.nodes.guard(cl.Options().Addr)
 		g.long = s.kind == clientLong
-		if ordinary {
+		switch {
+		case ordinary && h.pending != nil:
+			// Outermost the user's hooks, then the hand-over to the
+			// Cluster-mode Client the server's first answer may call for.
+			cl.AddHook(h.user.layer(true))
+			cl.AddHook(h.pending)
+			g.facade = h.facade.c
+		case ordinary:
+			cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
 			g.facade, g.user = h.facade.c, h.user
+		default:
+			cl.AddHook(h.user.layer(false))
 		}
 		cl.AddHook(g)
 		if ordinary {

@@ -36,11 +36,8 @@ type Client struct {
 	hooks    *clientHooks    // the hooks newGoRedis installs around the node guards
 	subs     *subscriptions  // live subscription connections (subscription_move.go)
 	ride     *rideOut        // waits out the replies that say a server cannot serve now
+	pending  *pendingMode    // ModeAuto's question, when the server gave no answer at NewClient; nil otherwise
 	replicas *replicas       // replica reads (Config.ReadFrom); nil without
-
-	// undetected is why the first contact failed, when ModeAuto could not
-	// tell a cluster node from a standalone server; nil otherwise.
-	undetected error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -69,13 +66,29 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.probeOpt = c.core.options(1).Simple()
 	if resolved.Mode == ModeAuto {
 		mode, contact := detectMode(resolved, c.probeOpt)
+		if contact != nil {
+			// No answer: Standalone until the server's first answer
+			// decides (detect_pending.go).
+			mode = ModeStandalone
+			c.log.Warn("redisguard: the server did not say whether it is a cluster node; running Standalone until it answers",
+				"addr", resolved.Addrs[0], "err", c.redact(contact.Error()))
+			c.pending = &pendingMode{c: c.core, build: func() (*Client, error) {
+				up := cfg
+				up.Mode = ModeCluster
+				uc, err := newClient(up, clk)
+				if err == nil {
+					c.hooks.ext.each(func(fn func(redis.UniversalClient) error) {
+						if err := uc.Instrument(fn); err != nil {
+							c.log.Warn("redisguard: an Instrument extension failed on the cluster client; it runs without it",
+								"err", c.redact(err.Error()))
+						}
+					})
+				}
+				return uc, err
+			}}
+		}
 		if err := applyDetected(&resolved, mode); err != nil {
 			return nil, err
-		}
-		if contact != nil {
-			c.undetected = contact
-			c.log.Warn("redisguard: could not tell whether the server is a cluster node; running Standalone",
-				"addr", resolved.Addrs[0], "err", c.redact(contact.Error()))
 		}
 		c.core.cfg = resolved
 		c.probeOpt = c.core.options(1).Simple()
@@ -128,7 +141,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.hooks = &clientHooks{
 		user: &userHooks{}, ext: &extensions{k: c.core},
 		facade: facadeHook{c}, budget: budget, div: divergenceHook{c.div},
-		topo: c.topo, sentinel: c.sentinel,
+		topo: c.topo, sentinel: c.sentinel, pending: c.pending,
 	}
 	if resolved.ReadFrom != ReadFromMaster {
 		c.replicas = newReplicas(c.core, c.nodes, c.topo)
@@ -172,8 +185,10 @@ func (c *Client) readOnlyAnswered() func() {
 	return nil
 }
 
-// Mode reports the mode the client runs in (never ModeAuto).
-func (c *Client) Mode() Mode { return c.cfg.Mode }
+// Mode reports the mode the client runs in (never ModeAuto). With ModeAuto
+// and a server that did not answer at NewClient, it is Standalone until the
+// server's first answer, and Cluster from then on if that said so.
+func (c *Client) Mode() Mode { return c.current().cfg.Mode }
 
 // Close closes the client. It is terminal, idempotent and safe to call from
 // many goroutines. Calls in flight, blocking ones included, are cut short
@@ -193,7 +208,11 @@ func (c *Client) Close() error {
 		}
 		longErr := c.adm.close()
 		subsErr := c.subs.close()
-		c.closeErr = c.UniversalClient.Close()
+		var upErr error
+		if c.pending != nil {
+			upErr = c.pending.close()
+		}
+		c.closeErr = errors.Join(c.UniversalClient.Close(), upErr)
 		if c.closeErr == nil {
 			c.closeErr = longErr
 		}
@@ -268,6 +287,9 @@ func (c *Client) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.Proc
 		err = c.ride.process(ctx, err, func(ctx context.Context) error { return next(ctx, cmd) })
 	}
 	c.nodes.sent.forget(cmd) // go-redis's attempts have ended
+	if c.topo != nil {
+		return c.leftover(ctx, cmd, c.translate(ctx, err))
+	}
 	return c.translate(ctx, err)
 }
 
@@ -311,14 +333,58 @@ func (c *Client) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis
 		err = c.ride.batch(ctx, cmds, next, err)
 	}
 	c.nodes.sent.forget(cmds...) // the caller's operation ends here
+	if c.topo == nil {
+		if batchAnswered(err) {
+			// A single node's replies, all read: nothing to translate.
+			return err
+		}
+		return translateBatch(ctx, cmds, err, c.translate)
+	}
+	// A cluster batch's commands may hold what node guards sealed, and
+	// what go-redis's transaction loop stamped on them after the guard
+	// (a raw read error): each gets its caller's error.
+	var unknown error
+	for _, cmd := range cmds {
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cerr = c.leftover(ctx, cmd, c.translate(ctx, cerr))
+			cmd.SetErr(cerr)
+			if unknown == nil && errors.Is(cerr, ErrOutcomeUnknown) {
+				unknown = cerr
+			}
+		}
+	}
 	if err == nil || err == redis.Nil {
 		return err
 	}
-	if c.topo == nil && batchAnswered(err) && c.undetected == nil {
-		// A single node's replies, all read: nothing to translate.
+	if unknown != nil {
+		return unknown
+	}
+	return c.leftover(ctx, nil, c.translate(ctx, err))
+}
+
+// leftover types a network error that reached the cluster facade past
+// every node guard: go-redis's cluster transaction loop reads EXEC's reply
+// itself and hands the raw read error on. Like the guard's (callerError), it
+// ends a command that may have run and is not safe to repeat with
+// ErrOutcomeUnknown, and any other with ErrNodeFailed, naming the node the
+// error names.
+func (c *Client) leftover(ctx context.Context, cmd redis.Cmder, err error) error {
+	if !isNetworkError(err) || isGuardError(err) || contextDone(ctx) != nil {
 		return err
 	}
-	return translateBatch(ctx, cmds, err, c.translate)
+	addr := ""
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Addr != nil {
+		addr = opErr.Addr.String()
+	}
+	n, ok := c.nodes.lookup(addr)
+	if !ok {
+		n = &node{addr: addr}
+	}
+	if cmd != nil && mayHaveRun(ctx, err) && !repeatable(cmd) {
+		return n.outcomeUnknown(cmd, err)
+	}
+	return n.unreachable(err)
 }
 
 // unusualBatch is the facade's step for a batch after Close, or one that
@@ -359,9 +425,6 @@ func (c *Client) translate(ctx context.Context, err error) error {
 	}
 	err = unseal(err)
 	if isRedisReply(err) {
-		if c.undetected != nil && isRedirect(err) {
-			return &undetectedError{addr: c.cfg.Addrs[0], contact: c.undetected, reply: err}
-		}
 		return err
 	}
 	if c.closed.Load() || errors.Is(err, redis.ErrClosed) {
@@ -430,20 +493,20 @@ func isGuardError(err error) bool {
 // commands go straight to the node: a blocking command sent there is not
 // counted against MaxLongConnections.
 func (c *Client) ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
-	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachMaster, true)
+	return c.current().forEach(ctx, fn, (*redis.ClusterClient).ForEachMaster, true)
 }
 
 // ForEachShard calls fn for each node, masters and replicas, concurrently;
 // see ForEachMaster. Outside Cluster mode it calls fn once, as ForEachMaster.
 func (c *Client) ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
-	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachShard, true)
+	return c.current().forEach(ctx, fn, (*redis.ClusterClient).ForEachShard, true)
 }
 
 // ForEachSlave calls fn for each replica concurrently; see ForEachMaster.
 // Outside Cluster mode there are none the client talks to, and fn is not
 // called.
 func (c *Client) ForEachSlave(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
-	return c.forEach(ctx, fn, (*redis.ClusterClient).ForEachSlave, false)
+	return c.current().forEach(ctx, fn, (*redis.ClusterClient).ForEachSlave, false)
 }
 
 func (c *Client) forEach(ctx context.Context, fn func(context.Context, *redis.Client) error,
@@ -472,7 +535,7 @@ func (c *Client) forEach(ctx context.Context, fn func(context.Context, *redis.Cl
 // not cover; nil in the other modes. The embedded UniversalClient is the same
 // go-redis client in every mode.
 func (c *Client) ClusterClient() *redis.ClusterClient {
-	cc, _ := c.UniversalClient.(*redis.ClusterClient)
+	cc, _ := c.current().UniversalClient.(*redis.ClusterClient)
 	return cc
 }
 

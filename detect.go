@@ -2,7 +2,6 @@ package redisguard
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -17,8 +16,8 @@ const maxDetectWait = time.Second
 
 // detectMode settles ModeAuto with one address: it asks the server once
 // (INFO cluster) whether cluster support is enabled. It reports the mode to
-// run in, and the contact's failure when the server could not be asked; the
-// client then runs Standalone. opt is the handshake every client uses.
+// run in, or ModeAuto and why, when the server gave no answer that tells;
+// opt is the handshake every client uses.
 func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
 	wait := min(cfg.DialTimeout, maxDetectWait)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
@@ -30,7 +29,7 @@ func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
 		if isRedisReply(err) && !refusedUs(err) {
 			return ModeStandalone, nil // a server without INFO cluster is no cluster node
 		}
-		return ModeStandalone, err
+		return ModeAuto, err
 	}
 	text, _ := cmd.Val().(string)
 	if infoField(text, "cluster_enabled") == "1" {
@@ -66,21 +65,6 @@ func applyDetected(cfg *Config, mode Mode) error {
 	}
 	return nil
 }
-
-// undetectedError explains a redirect met by a client that could not tell
-// its server's mode when it was created, and so runs Standalone.
-type undetectedError struct {
-	addr    string
-	contact error // why the first contact failed
-	reply   error // the MOVED or ASK reply
-}
-
-func (e *undetectedError) Error() string {
-	return fmt.Sprintf("redisguard: %s answered %q, so it is a cluster node, but it could not be reached when the client was created (%v), and the client runs Standalone; set Config.Mode to ModeCluster",
-		e.addr, strings.SplitN(e.reply.Error(), " ", 2)[0], e.contact)
-}
-
-func (e *undetectedError) Unwrap() error { return e.reply }
 
 // refusedUs reports whether a reply refused the client rather than answered
 // the question: credentials, ACL permissions, the server's client limit.

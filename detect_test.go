@@ -1,7 +1,10 @@
 package redisguard
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,29 +69,86 @@ func TestOneAddressOfAClusterWithADatabase(t *testing.T) {
 	assert.Contains(t, err.Error(), "cluster node")
 }
 
-// When the server cannot be reached at NewClient, the client runs
-// Standalone and says so; a MOVED reply later names the cause and the fix
-// instead of reaching the caller raw.
-func TestUndetectedModeExplainsMoved(t *testing.T) {
+// A pod that starts while its only seed does not answer (a cluster given by
+// one address, the seed paused): NewClient returns within its bounded first
+// contact, Standalone for now, and the seed's first answer decides. Once it
+// answers, writes over every slot succeed and the Client runs Cluster, and
+// so do the methods that depend on the mode.
+func TestModeAutoDecidesOnTheFirstAnswer(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	node := cl.Masters[0]
 	node.Pause(t)
 	start := time.Now()
-	c := newTestClient(t, Config{Addrs: []string{node.Addr}, DialTimeout: 300 * time.Millisecond})
-	assert.Less(t, time.Since(start), 2*time.Second, "NewClient waited too long for an unanswering server")
-	require.Equal(t, ModeStandalone, c.Mode())
+	c := newTestClient(t, Config{Addrs: []string{node.Addr}})
+	took := time.Since(start)
+	t.Logf("NewClient returned %v after the seed was paused", took)
+	assert.Less(t, took, 2*maxDetectWait+time.Second, "NewClient waited for the seed")
+	assert.Equal(t, ModeStandalone, c.Mode(), "the mode before any answer")
 	node.Resume(t)
+
 	ctx := testCtx(t, 20*time.Second)
-	var moved error
 	for i := range 30 {
-		if err := c.Set(ctx, fmt.Sprintf("undetected:%d", i*547), i, 0).Err(); err != nil {
-			moved = err
-			break
-		}
+		require.NoError(t, c.Set(ctx, fmt.Sprintf("late-seed:%d", i*547), i, 0).Err(), "write %d", i)
 	}
-	require.Error(t, moved, "no write met MOVED")
-	assert.Contains(t, moved.Error(), "set Config.Mode to ModeCluster")
-	assert.Contains(t, moved.Error(), "is a cluster node")
-	_, isMoved := redis.IsMovedError(moved)
-	assert.True(t, isMoved, "the MOVED reply stays reachable with errors.As")
+	assert.Equal(t, ModeCluster, c.Mode())
+	assert.NotNil(t, c.ClusterClient())
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 30 {
+			p.Incr(ctx, fmt.Sprintf("late-seed:pipe:%d", i*547))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for _, cmd := range cmds {
+		assert.Equal(t, int64(1), cmd.(*redis.IntCmd).Val(), "each pipelined INCR ran once: %v", cmd.Args())
+	}
+	var masters atomic.Int32 // ForEachMaster runs fn on every master at once
+	require.NoError(t, c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil }))
+	assert.Equal(t, int32(3), masters.Load())
+	assert.True(t, c.Healthy(ctx, "late-seed:probe"))
+	assert.Len(t, c.Stats().Nodes, 3, "Stats reports the cluster's nodes")
+	require.NoError(t, c.Close())
+	assert.ErrorIs(t, c.Set(ctx, "late-seed:closed", 1, 0).Err(), ErrClosed)
+}
+
+// A standalone server that is down while the client starts: NewClient
+// returns at once (the connection is refused), runs Standalone, and serves
+// the server's database as soon as the server is back.
+func TestModeAutoWithTheServerDownAtStart(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Kill(t)
+	start := time.Now()
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, DB: 2})
+	assert.Less(t, time.Since(start), 2*maxDetectWait+time.Second)
+	assert.Equal(t, ModeStandalone, c.Mode())
+	ctx := testCtx(t, 20*time.Second)
+	assert.Error(t, c.Set(ctx, "k", "v", 0).Err(), "the server is down")
+	srv.Restart(t)
+	redistest.WaitFor(t, 10*time.Second, "a write after the restart", func() error { return c.Set(ctx, "k", "v", 0).Err() })
+	assert.Equal(t, ModeStandalone, c.Mode())
+	keyspace, err := srv.Admin().Info(ctx, "keyspace").Result()
+	require.NoError(t, err)
+	assert.Contains(t, keyspace, "db2:keys=1", "the write went to database 2")
+}
+
+// A seed that refuses the question (a user without INFO) is no reason to
+// fail NewClient either: the Client runs Standalone and the server's HELLO
+// answer (which every user may send) settles the mode. The contact's
+// error, logged, never carries the password.
+func TestModeAutoWhenTheQuestionIsRefused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := testCtx(t, 10*time.Second)
+	require.NoError(t, srv.Admin().Do(ctx, "acl", "setuser", "bob", "on", ">bobpw", "~*", "-@all", "+get", "+set").Err())
+	logs := &eventLog{}
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, Username: "bob", Password: "bobpw", Logger: logs.logger()})
+	assert.Equal(t, ModeStandalone, c.Mode())
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	assert.Equal(t, "v", c.Get(ctx, "k").Val())
+	_, lines := logs.all()
+	var said bool
+	for _, l := range lines {
+		said = said || strings.Contains(l.msg, "did not say whether it is a cluster node")
+		assert.NotContains(t, fmt.Sprint(l.msg, l.attrs), "bobpw")
+	}
+	assert.True(t, said, "the deferred decision is logged")
 }

@@ -304,7 +304,7 @@ func TestDivergenceHealthyPathAllocatesNothing(t *testing.T) {
 // Outside Cluster mode a redirect (which cannot normally happen) is left
 // alone: there is no slot map to blame.
 func TestDivergenceOnlyInClusterMode(t *testing.T) {
-	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}})
+	c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	moved := redisErr("MOVED 1 h:1")
 	assert.Equal(t, moved, c.div.resolveRedirect(context.Background(), redis.NewStringCmd(context.Background(), "get", "k"), moved, nil))
 }

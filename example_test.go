@@ -22,10 +22,11 @@ func ExampleNewClient() {
 	}
 	defer srv.Close()
 
-	// One address: Standalone. Several: Cluster. MasterName: Sentinel.
+	// One address: the server says whether it is a cluster node (set Mode
+	// to skip the question). Several: Cluster. MasterName: Sentinel.
 	c, err := redisguard.NewClient(redisguard.Config{Addrs: []string{srv.Addr()}})
 	if err != nil {
-		panic(err) // only a bad Config: NewClient opens no connection
+		panic(err) // a bad Config, or one address that never answered
 	}
 	defer c.Close()
 

@@ -124,6 +124,9 @@ func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
 // closed client or a done ctx, and otherwise is bounded by ctx and the
 // client's dial, read and write timeouts.
 func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
+	if up := c.current(); up != c {
+		return up.Check(ctx, opts)
+	}
 	start := time.Now()
 	rep = Report{Mode: c.cfg.Mode.String(), CheckedAt: c.clock.Now()}
 	defer func() {

@@ -63,6 +63,14 @@ func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if c.pending != nil {
+		return c.pending.instrument(fn, func() error { return c.instrument(fn) })
+	}
+	return c.instrument(fn)
+}
+
+// instrument applies fn to c's own clients and keeps it for later ones.
+func (c *Client) instrument(fn func(redis.UniversalClient) error) error {
 	return c.adm.instrument(func(long redis.UniversalClient) error {
 		return c.subs.withSharded(func(sharded *redis.ClusterClient) error {
 			if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
@@ -228,6 +236,16 @@ func (e *extensions) add(fn func(redis.UniversalClient) error, ordinary redis.Un
 	}
 	e.fns = append(e.fns, fn)
 	return nil
+}
+
+// each calls fn with every kept function.
+func (e *extensions) each(fn func(func(redis.UniversalClient) error)) {
+	e.mu.Lock()
+	fns := append([]func(redis.UniversalClient) error(nil), e.fns...)
+	e.mu.Unlock()
+	for _, f := range fns {
+		fn(f)
+	}
 }
 
 // apply runs every kept function on cl, a client just built.

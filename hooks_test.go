@@ -159,7 +159,7 @@ func TestUserLayerAllocatesNothing(t *testing.T) {
 // client's hooks (the Standalone guard and user layer, the Cluster facade)
 // allocate at most twice each to build.
 func TestHookChainsBuildInTwoAllocations(t *testing.T) {
-	c := newTestClient(t, Config{Addrs: []string{"127.0.0.1:1"}}) // never dialled
+	c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}}) // never dialled
 	g := c.nodes.guard("127.0.0.1:1")
 	g.facade, g.user = c, c.hooks.user
 	process := func(context.Context, redis.Cmder) error { return nil }

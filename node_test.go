@@ -256,7 +256,7 @@ func TestErrNodeUnavailableIsNotRetriedElsewhere(t *testing.T) {
 // BenchmarkNodeGuard measures the breaker's cost per command: the node hook
 // around a no-op next, with the breaker closed.
 func BenchmarkNodeGuard(b *testing.B) {
-	c, err := NewClient(Config{Addrs: []string{"127.0.0.1:1"}})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	defer c.Close()
 	hook := c.nodes.guard("127.0.0.1:1").ProcessHook(func(context.Context, redis.Cmder) error { return nil })

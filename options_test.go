@@ -116,7 +116,7 @@ func TestModeAuto(t *testing.T) {
 
 func TestNewClientCopiesConfig(t *testing.T) {
 	addrs := []string{"localhost:1"}
-	c, err := NewClient(Config{Addrs: addrs})
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: addrs})
 	require.NoError(t, err)
 	defer c.Close()
 	addrs[0] = "changed:2"

@@ -90,6 +90,9 @@ type NodeStats struct {
 
 // Stats returns a snapshot of the client's guard state.
 func (c *Client) Stats() Stats {
+	if up := c.current(); up != c {
+		return up.Stats()
+	}
 	var s Stats
 	s.Nodes = c.nodes.stats()
 	for _, n := range s.Nodes {

@@ -25,6 +25,9 @@ import (
 // are routed as classic ones (any healthy node), which after a move answers
 // them with a redirect; use SSubscribe for them.
 func (c *Client) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	if up := c.current(); up != c {
+		return up.SSubscribe(ctx, channels...)
+	}
 	if cc := c.subs.sharded(); cc != nil {
 		return cc.SSubscribe(ctx, channels...)
 	}

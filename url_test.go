@@ -274,8 +274,13 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("parsed Config does not validate: %v", err)
 		}
 		// What ParseURL accepts, NewClient builds without a panic (go-redis
-		// panics on a pool it cannot size) and without dialling.
-		c, err := NewClient(cfg)
+		// panics on a pool it cannot size) and without dialling: with
+		// ModeAuto and one address it would ask that server first.
+		build := cfg
+		if build.Mode == ModeAuto && len(build.Addrs) == 1 {
+			build.Mode = ModeStandalone
+		}
+		c, err := NewClient(build)
 		if err != nil {
 			t.Fatalf("NewClient refuses the parsed Config: %v", err)
 		}

@@ -21,6 +21,9 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if up := c.current(); up != c {
+		return up.Watch(ctx, fn, keys...)
+	}
 	c.adm.watching.Add(1)
 	defer c.adm.watching.Add(-1)
 	ran := false // fn runs on this goroutine, inside go-redis's Watch
@@ -35,7 +38,9 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	}, keys...)
 	switch {
 	case ran:
-		return err // fn's own answer, untouched
+		// fn's own answer, untouched but for what the node guard sealed
+		// (a Tx's command failed on its connection).
+		return unseal(err)
 	case err != nil:
 		// In Cluster mode go-redis's errors reach here without passing
 		// facadeHook ("redis: client is closed" after Close).
