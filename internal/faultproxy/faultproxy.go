@@ -1,7 +1,7 @@
 // Package faultproxy is an in-process TCP proxy that puts network faults
 // between a client and a healthy server, under the control of the code that
-// owns it: pass traffic, blackhole it as a hung server would, or reset
-// connections.
+// owns it: pass traffic, blackhole it as a hung server would, drop only the
+// replies, or reset connections.
 //
 // It exists for demos and chaos tests that need a fault they can switch on
 // and off at an exact moment, on a machine where nothing but Go is
@@ -50,6 +50,16 @@ const (
 	// and see EOF on their first read, never a timeout and never a refused
 	// dial.
 	Hangup
+	// DropReplies behaves like a node that hangs after the send: requests
+	// go through and the server runs them, but every byte it sends back is
+	// thrown away, so nothing is ever answered. Clients see timeouts, and
+	// the server's data shows what it ran.
+	//
+	// As with Blackhole, switching back to Pass resets the connections
+	// that lost bytes; idle ones carry on.
+	DropReplies
+
+	modeEnd // one past the last mode
 )
 
 func (m Mode) String() string {
@@ -64,6 +74,8 @@ func (m Mode) String() string {
 		return "lose-one-reply"
 	case Hangup:
 		return "hangup"
+	case DropReplies:
+		return "drop-replies"
 	}
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -97,9 +109,9 @@ type Proxy struct {
 // link is one relayed connection.
 type link struct {
 	client, server net.Conn
-	// tainted is set once bytes have been swallowed in Blackhole mode: the
-	// client's request or the server's reply is lost, so the stream can
-	// never line up again. Guarded by Proxy.mu.
+	// tainted is set once bytes have been swallowed (Blackhole,
+	// DropReplies): the client's request or the server's reply is lost,
+	// so the stream can never line up again. Guarded by Proxy.mu.
 	tainted bool
 	once    sync.Once
 }
@@ -108,8 +120,8 @@ type link struct {
 type Stats struct {
 	Accepted  int   // connections accepted from clients
 	Open      int   // connections currently relayed
-	Reset     int   // connections reset (Reset mode, ResetConns, or tainted by a blackhole)
-	Swallowed int64 // bytes thrown away in Blackhole mode
+	Reset     int   // connections reset (Reset mode, ResetConns, or tainted by a blackhole or dropped replies)
+	Swallowed int64 // bytes thrown away in Blackhole and DropReplies mode
 }
 
 // New starts a proxy in Pass mode on a free loopback port, relaying to
@@ -149,9 +161,9 @@ func (p *Proxy) Stats() Stats {
 
 // SetMode switches the proxy to m. The change applies to open connections
 // immediately: entering Reset resets them all, entering Hangup closes them
-// all, and leaving Blackhole resets those that lost bytes (see Blackhole).
+// all, and switching to Pass resets those that lost bytes (see Blackhole).
 func (p *Proxy) SetMode(m Mode) error {
-	if m < Pass || m > Hangup {
+	if m < Pass || m >= modeEnd {
 		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
 	}
 	p.mu.Lock()
@@ -301,7 +313,7 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 				p.reset(l)
 				return
 			}
-			swallow := p.mode != Pass && p.mode != LoseOneReply
+			swallow := p.mode.swallows(src == l.server)
 			if swallow {
 				l.tainted = true
 				p.stats.Swallowed += int64(n)
@@ -317,6 +329,18 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// swallows reports whether m throws away what is read from the server
+// (reply) or from the client.
+func (m Mode) swallows(reply bool) bool {
+	switch m {
+	case Pass, LoseOneReply:
+		return false
+	case DropReplies:
+		return reply
+	}
+	return true
 }
 
 // drop removes l and closes both of its connections.
