@@ -10,6 +10,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,8 @@ const (
 	// first connection the server answers is reset instead of getting the
 	// answer, and the proxy returns to Pass. The server has run the
 	// command; the client sees its connection reset after sending it, the
-	// case where a retry runs a command twice.
+	// case where a retry runs a command twice. LoseReplyTo picks the
+	// request whose reply is lost.
 	LoseOneReply
 	// Hangup behaves like a proxy or load balancer whose backend is gone:
 	// every open connection is closed, and new connections are accepted
@@ -101,6 +103,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	mode   Mode           // guarded by mu
+	lose   []byte         // guarded by mu; with LoseOneReply, what the request whose reply is lost contains (LoseReplyTo); nil: any
 	links  map[*link]bool // guarded by mu; open relays
 	closed bool           // guarded by mu
 	stats  Stats          // guarded by mu
@@ -113,7 +116,11 @@ type link struct {
 	// DropReplies): the client's request or the server's reply is lost,
 	// so the stream can never line up again. Guarded by Proxy.mu.
 	tainted bool
-	once    sync.Once
+	// marked is set once the client has sent the request LoseReplyTo
+	// waits for: the next reply on this link is the one lost. Guarded by
+	// Proxy.mu.
+	marked bool
+	once   sync.Once
 }
 
 // Stats counts what the proxy has done since New.
@@ -166,10 +173,28 @@ func (p *Proxy) SetMode(m Mode) error {
 	if m < Pass || m >= modeEnd {
 		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
 	}
+	return p.setMode(m, nil)
+}
+
+// LoseReplyTo switches to LoseOneReply for one request: the reply lost is
+// the next one on the first connection whose request contains request (a
+// key's name, say), sent from now on; other connections pass meanwhile. It
+// is for clients that talk to the server on their own behalf (topology
+// refreshes, health checks), whose replies LoseOneReply could lose
+// instead.
+func (p *Proxy) LoseReplyTo(request string) error {
+	if request == "" {
+		return errors.New("faultproxy: LoseReplyTo needs a request to look for")
+	}
+	return p.setMode(LoseOneReply, []byte(request))
+}
+
+func (p *Proxy) setMode(m Mode, lose []byte) error {
 	p.mu.Lock()
-	p.mode = m
+	p.mode, p.lose = m, lose
 	var doomed []*link
 	for l := range p.links {
+		l.marked = false
 		if m == Reset || m == Hangup || (m == Pass && l.tainted) {
 			doomed = append(doomed, l)
 		}
@@ -307,8 +332,11 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			// lock as SetMode scans for tainted links means no link can
 			// be tainted after a switch to Pass has decided to spare it.
 			p.mu.Lock()
-			if p.mode == LoseOneReply && src == l.server {
-				p.mode = Pass
+			if p.mode == LoseOneReply && src == l.client && p.lose != nil && bytes.Contains(buf[:n], p.lose) {
+				l.marked = true
+			}
+			if p.mode == LoseOneReply && src == l.server && (p.lose == nil || l.marked) {
+				p.mode, p.lose = Pass, nil
 				p.mu.Unlock()
 				p.reset(l)
 				return

@@ -335,6 +335,50 @@ func TestLoseOneReply(t *testing.T) {
 	}
 }
 
+// LoseReplyTo loses the reply to the request it names and to nothing
+// else: other connections, and the same connection before that request,
+// are answered.
+func TestLoseReplyTo(t *testing.T) {
+	srv, p := setup(t)
+	other, otherR := rawConn(t, p)
+	target, targetR := rawConn(t, p)
+	for _, c := range []struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{{other, otherR}, {target, targetR}} {
+		if _, err := ping(c.conn, c.r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.LoseReplyTo(""); err == nil {
+		t.Fatal("LoseReplyTo with nothing to look for accepted")
+	}
+	if err := p.LoseReplyTo("target-queue"); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{"other connection": {other, otherR}, "target connection, earlier request": {target, targetR}} {
+		if got, err := ping(c.conn, c.r); err != nil || got != "+PONG" {
+			t.Fatalf("PING on the %s: %q, %v; want it answered", name, got, err)
+		}
+	}
+	_ = target.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(target, "*3\r\n$5\r\nRPUSH\r\n$12\r\ntarget-queue\r\n$1\r\nx\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := targetR.ReadByte(); !isReset(err) {
+		t.Fatalf("read after RPUSH target-queue: %v, want a reset", err)
+	}
+	if items, err := srv.List("target-queue"); err != nil || len(items) != 1 {
+		t.Fatalf("server list = %v, %v: want the one item the lost reply was for", items, err)
+	}
+	if got, err := ping(other, otherR); err != nil || got != "+PONG" || p.Mode() != Pass {
+		t.Fatalf("after the lost reply: PING %q, %v, mode %v; want answered in pass", got, err, p.Mode())
+	}
+}
+
 // DropReplies is a node that hangs after the send: the server runs what it
 // is sent, on open and new connections alike, and the client hears nothing
 // and times out. Back in Pass, the connections that lost replies are reset,
