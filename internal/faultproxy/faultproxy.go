@@ -1,7 +1,7 @@
 // Package faultproxy is an in-process TCP proxy that puts network faults
 // between a client and a healthy server, under the control of the code that
-// owns it: pass traffic, blackhole it as a hung server would, or reset
-// connections.
+// owns it: pass traffic, blackhole it as a hung server would, drop only the
+// replies, or reset connections.
 //
 // It exists for demos and chaos tests that need a fault they can switch on
 // and off at an exact moment, on a machine where nothing but Go is
@@ -10,6 +10,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,8 @@ const (
 	// first connection the server answers is reset instead of getting the
 	// answer, and the proxy returns to Pass. The server has run the
 	// command; the client sees its connection reset after sending it, the
-	// case where a retry runs a command twice.
+	// case where a retry runs a command twice. LoseReplyTo picks the
+	// request whose reply is lost.
 	LoseOneReply
 	// Hangup behaves like a proxy or load balancer whose backend is gone:
 	// every open connection is closed, and new connections are accepted
@@ -50,6 +52,16 @@ const (
 	// and see EOF on their first read, never a timeout and never a refused
 	// dial.
 	Hangup
+	// DropReplies behaves like a node that hangs after the send: requests
+	// go through and the server runs them, but every byte it sends back is
+	// thrown away, so nothing is ever answered. Clients see timeouts, and
+	// the server's data shows what it ran.
+	//
+	// As with Blackhole, switching back to Pass resets the connections
+	// that lost bytes; idle ones carry on.
+	DropReplies
+
+	modeEnd // one past the last mode
 )
 
 func (m Mode) String() string {
@@ -64,6 +76,8 @@ func (m Mode) String() string {
 		return "lose-one-reply"
 	case Hangup:
 		return "hangup"
+	case DropReplies:
+		return "drop-replies"
 	}
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -89,6 +103,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	mode   Mode           // guarded by mu
+	lose   []byte         // guarded by mu; with LoseOneReply, what the request whose reply is lost contains (LoseReplyTo); nil: any
 	links  map[*link]bool // guarded by mu; open relays
 	closed bool           // guarded by mu
 	stats  Stats          // guarded by mu
@@ -97,19 +112,23 @@ type Proxy struct {
 // link is one relayed connection.
 type link struct {
 	client, server net.Conn
-	// tainted is set once bytes have been swallowed in Blackhole mode: the
-	// client's request or the server's reply is lost, so the stream can
-	// never line up again. Guarded by Proxy.mu.
+	// tainted is set once bytes have been swallowed (Blackhole,
+	// DropReplies): the client's request or the server's reply is lost,
+	// so the stream can never line up again. Guarded by Proxy.mu.
 	tainted bool
-	once    sync.Once
+	// marked is set once the client has sent the request LoseReplyTo
+	// waits for: the next reply on this link is the one lost. Guarded by
+	// Proxy.mu.
+	marked bool
+	once   sync.Once
 }
 
 // Stats counts what the proxy has done since New.
 type Stats struct {
 	Accepted  int   // connections accepted from clients
 	Open      int   // connections currently relayed
-	Reset     int   // connections reset (Reset mode, ResetConns, or tainted by a blackhole)
-	Swallowed int64 // bytes thrown away in Blackhole mode
+	Reset     int   // connections reset (Reset mode, ResetConns, or tainted by a blackhole or dropped replies)
+	Swallowed int64 // bytes thrown away in Blackhole and DropReplies mode
 }
 
 // New starts a proxy in Pass mode on a free loopback port, relaying to
@@ -149,15 +168,33 @@ func (p *Proxy) Stats() Stats {
 
 // SetMode switches the proxy to m. The change applies to open connections
 // immediately: entering Reset resets them all, entering Hangup closes them
-// all, and leaving Blackhole resets those that lost bytes (see Blackhole).
+// all, and switching to Pass resets those that lost bytes (see Blackhole).
 func (p *Proxy) SetMode(m Mode) error {
-	if m < Pass || m > Hangup {
+	if m < Pass || m >= modeEnd {
 		return fmt.Errorf("faultproxy: unknown mode %d", int(m))
 	}
+	return p.setMode(m, nil)
+}
+
+// LoseReplyTo switches to LoseOneReply for one request: the reply lost is
+// the next one on the first connection whose request contains request (a
+// key's name, say), sent from now on; other connections pass meanwhile. It
+// is for clients that talk to the server on their own behalf (topology
+// refreshes, health checks), whose replies LoseOneReply could lose
+// instead.
+func (p *Proxy) LoseReplyTo(request string) error {
+	if request == "" {
+		return errors.New("faultproxy: LoseReplyTo needs a request to look for")
+	}
+	return p.setMode(LoseOneReply, []byte(request))
+}
+
+func (p *Proxy) setMode(m Mode, lose []byte) error {
 	p.mu.Lock()
-	p.mode = m
+	p.mode, p.lose = m, lose
 	var doomed []*link
 	for l := range p.links {
+		l.marked = false
 		if m == Reset || m == Hangup || (m == Pass && l.tainted) {
 			doomed = append(doomed, l)
 		}
@@ -295,13 +332,16 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			// lock as SetMode scans for tainted links means no link can
 			// be tainted after a switch to Pass has decided to spare it.
 			p.mu.Lock()
-			if p.mode == LoseOneReply && src == l.server {
-				p.mode = Pass
+			if p.mode == LoseOneReply && src == l.client && p.lose != nil && bytes.Contains(buf[:n], p.lose) {
+				l.marked = true
+			}
+			if p.mode == LoseOneReply && src == l.server && (p.lose == nil || l.marked) {
+				p.mode, p.lose = Pass, nil
 				p.mu.Unlock()
 				p.reset(l)
 				return
 			}
-			swallow := p.mode != Pass && p.mode != LoseOneReply
+			swallow := p.mode.swallows(src == l.server)
 			if swallow {
 				l.tainted = true
 				p.stats.Swallowed += int64(n)
@@ -317,6 +357,18 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// swallows reports whether m throws away what is read from the server
+// (reply) or from the client.
+func (m Mode) swallows(reply bool) bool {
+	switch m {
+	case Pass, LoseOneReply:
+		return false
+	case DropReplies:
+		return reply
+	}
+	return true
 }
 
 // drop removes l and closes both of its connections.

@@ -335,9 +335,123 @@ func TestLoseOneReply(t *testing.T) {
 	}
 }
 
+// LoseReplyTo loses the reply to the request it names and to nothing
+// else: other connections, and the same connection before that request,
+// are answered.
+func TestLoseReplyTo(t *testing.T) {
+	srv, p := setup(t)
+	other, otherR := rawConn(t, p)
+	target, targetR := rawConn(t, p)
+	for _, c := range []struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{{other, otherR}, {target, targetR}} {
+		if _, err := ping(c.conn, c.r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.LoseReplyTo(""); err == nil {
+		t.Fatal("LoseReplyTo with nothing to look for accepted")
+	}
+	if err := p.LoseReplyTo("target-queue"); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{"other connection": {other, otherR}, "target connection, earlier request": {target, targetR}} {
+		if got, err := ping(c.conn, c.r); err != nil || got != "+PONG" {
+			t.Fatalf("PING on the %s: %q, %v; want it answered", name, got, err)
+		}
+	}
+	_ = target.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(target, "*3\r\n$5\r\nRPUSH\r\n$12\r\ntarget-queue\r\n$1\r\nx\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := targetR.ReadByte(); !isReset(err) {
+		t.Fatalf("read after RPUSH target-queue: %v, want a reset", err)
+	}
+	if items, err := srv.List("target-queue"); err != nil || len(items) != 1 {
+		t.Fatalf("server list = %v, %v: want the one item the lost reply was for", items, err)
+	}
+	if got, err := ping(other, otherR); err != nil || got != "+PONG" || p.Mode() != Pass {
+		t.Fatalf("after the lost reply: PING %q, %v, mode %v; want answered in pass", got, err, p.Mode())
+	}
+}
+
+// DropReplies is a node that hangs after the send: the server runs what it
+// is sent, on open and new connections alike, and the client hears nothing
+// and times out. Back in Pass, the connections that lost replies are reset,
+// idle ones keep working, and clients work again.
+func TestDropReplies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		warm bool // connection opened before the fault
+	}{
+		{name: "open connection", warm: true},
+		{name: "new connection", warm: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, p := setup(t)
+			idle, idleR := rawConn(t, p)
+			if got, err := ping(idle, idleR); err != nil || got != "+PONG" {
+				t.Fatalf("PING before: %q, %v", got, err)
+			}
+			var lost net.Conn
+			var lostR *bufio.Reader
+			if tc.warm {
+				lost, lostR = rawConn(t, p)
+				if _, err := ping(lost, lostR); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.SetMode(DropReplies); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.warm {
+				lost, lostR = rawConn(t, p)
+			}
+			_ = lost.SetDeadline(time.Now().Add(readTimeout))
+			if _, err := io.WriteString(lost, "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := lostR.ReadByte(); !isTimeout(err) {
+				t.Fatalf("read after INCR with replies dropped: %v, want a timeout", err)
+			}
+			if elapsed := time.Since(start); elapsed < readTimeout/2 {
+				t.Fatalf("failed after %v: a node that hangs makes the client wait for its timeout", elapsed)
+			}
+			if got, err := srv.Get("n"); err != nil || got != "1" {
+				t.Fatalf("server has n=%q (%v), want 1: the request must reach the server", got, err)
+			}
+			if s := p.Stats(); s.Swallowed == 0 || s.Reset != 0 {
+				t.Fatalf("stats %+v: want swallowed reply bytes and no reset yet", s)
+			}
+
+			if err := p.SetMode(Pass); err != nil {
+				t.Fatal(err)
+			}
+			_ = lost.SetDeadline(time.Now().Add(time.Second))
+			if _, err := lostR.ReadByte(); !isReset(err) {
+				t.Fatalf("read on a connection that lost a reply: %v, want a reset", err)
+			}
+			if got, err := ping(idle, idleR); err != nil || got != "+PONG" {
+				t.Fatalf("PING on the idle connection after recovery: %q, %v", got, err)
+			}
+			if n, err := client(t, p.Addr()).Incr(context.Background(), "n").Result(); err != nil || n != 2 {
+				t.Fatalf("INCR on a new connection after recovery: %d, %v; want 2", n, err)
+			}
+			if s := p.Stats(); s.Reset != 1 {
+				t.Fatalf("stats %+v: want exactly the connection that lost a reply reset", s)
+			}
+		})
+	}
+}
+
 func TestSetModeRejectsUnknown(t *testing.T) {
 	_, p := setup(t)
-	for _, m := range []Mode{-1, Hangup + 1} {
+	for _, m := range []Mode{-1, modeEnd} {
 		if err := p.SetMode(m); err == nil {
 			t.Errorf("SetMode(%d) accepted", int(m))
 		}
@@ -348,7 +462,7 @@ func TestSetModeRejectsUnknown(t *testing.T) {
 }
 
 func TestModeString(t *testing.T) {
-	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", LoseOneReply: "lose-one-reply", Hangup: "hangup", 7: "Mode(7)"} {
+	for m, want := range map[Mode]string{Pass: "pass", Blackhole: "blackhole", Reset: "reset", LoseOneReply: "lose-one-reply", Hangup: "hangup", DropReplies: "drop-replies", 7: "Mode(7)"} {
 		if got := m.String(); got != want {
 			t.Errorf("Mode(%d).String() = %q, want %q", int(m), got, want)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -31,6 +32,16 @@ type ClusterOptions struct {
 	// Args are extra redis-server options for every node, appended after
 	// the defaults so that they override them. default: none
 	Args []string
+	// Announce, if set, is called with a node's port before the node
+	// starts (again, with the new port, if the start is retried on another
+	// one) and returns the client port the node announces instead
+	// (cluster-announce-port, with cluster-announce-ip 127.0.0.1): the port
+	// CLUSTER SLOTS, CLUSTER NODES, MOVED and ASK name, e.g. that of a proxy
+	// in front of the node. The node still listens on its own port, where
+	// the admin clients reach it, and announces its own cluster bus port
+	// (cluster-announce-bus-port), so the nodes talk to each other
+	// directly. default: nil, each node announces its own port
+	Announce func(port int) int
 }
 
 func (o ClusterOptions) withDefaults() ClusterOptions {
@@ -55,6 +66,10 @@ type Cluster struct {
 	// ids holds every node's ID. Written only by StartCluster; nodes.conf
 	// keeps IDs stable across Kill and Restart.
 	ids map[*Server]string
+	// announced holds the address each node announces, for nodes that
+	// announce another port than their own (ClusterOptions.Announce).
+	// Written only by StartCluster; Restart keeps the command line.
+	announced map[*Server]string
 }
 
 // StartCluster starts and joins the nodes, assigns the slots evenly to the
@@ -65,15 +80,29 @@ func (e Env) StartCluster(opt ClusterOptions) (c *Cluster, err error) {
 	if opt.ReplicasPerMaster < 0 {
 		return nil, fmt.Errorf("redisproc: negative ReplicasPerMaster %d", opt.ReplicasPerMaster)
 	}
-	c = &Cluster{opt: opt, ids: make(map[*Server]string)}
+	c = &Cluster{opt: opt, ids: make(map[*Server]string), announced: make(map[*Server]string)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
 			c = nil
 		}
 	}()
+	announce := make(map[int]int) // a node's port -> the client port it announces
 	args := func(port int, dir string) ([]string, error) {
-		a := append(baseArgs(port, dir),
+		a := baseArgs(port, dir)
+		if opt.Announce != nil {
+			to := opt.Announce(port)
+			if to <= 0 || to > 65535 {
+				return nil, fmt.Errorf("redisproc: Announce(%d) = %d, not a port", port, to)
+			}
+			announce[port] = to
+			a = append(a,
+				"--cluster-announce-ip", "127.0.0.1",
+				"--cluster-announce-port", strconv.Itoa(to),
+				"--cluster-announce-bus-port", strconv.Itoa(port+busOffset),
+			)
+		}
+		a = append(a,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf", // relative to --dir
 			"--cluster-node-timeout", strconv.FormatInt(opt.NodeTimeout.Milliseconds(), 10),
@@ -102,6 +131,11 @@ func (e Env) StartCluster(opt ClusterOptions) (c *Cluster, err error) {
 			return c, err
 		}
 		c.Replicas = append(c.Replicas, r)
+	}
+	for _, n := range c.Nodes() {
+		if to, ok := announce[n.Port]; ok {
+			c.announced[n] = net.JoinHostPort("127.0.0.1", strconv.Itoa(to))
+		}
 	}
 
 	for _, n := range c.Nodes() {
@@ -186,14 +220,34 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Node returns the node listening on addr, or nil.
+// Node returns the node listening on addr, or announcing it (see
+// ClientAddr), or nil.
 func (c *Cluster) Node(addr string) *Server {
 	for _, n := range c.Nodes() {
-		if n.Addr == addr {
+		if n.Addr == addr || c.ClientAddr(n) == addr {
 			return n
 		}
 	}
 	return nil
+}
+
+// ClientAddr returns the address the cluster gives clients for s, in
+// CLUSTER SLOTS and in redirects: the one it announces with
+// ClusterOptions.Announce, else s.Addr.
+func (c *Cluster) ClientAddr(s *Server) string {
+	if a, ok := c.announced[s]; ok {
+		return a
+	}
+	return s.Addr
+}
+
+// ClientAddrs returns every node's ClientAddr, in the order of Nodes.
+func (c *Cluster) ClientAddrs() []string {
+	var addrs []string
+	for _, n := range c.Nodes() {
+		addrs = append(addrs, c.ClientAddr(n))
+	}
+	return addrs
 }
 
 // NodeID returns s's cluster node ID, which survives Kill and Restart.
@@ -234,7 +288,7 @@ func (c *Cluster) KeyOn(s *Server, prefix string) (string, error) {
 	// owns nothing or a prefix with a {hashtag} pinning every key elsewhere.
 	for i := range 1 << 16 {
 		key := prefix + strconv.Itoa(i)
-		if owners[Slot(key)] == s.Addr {
+		if owners[Slot(key)] == c.ClientAddr(s) {
 			return key, nil
 		}
 	}
@@ -242,7 +296,8 @@ func (c *Cluster) KeyOn(s *Server, prefix string) (string, error) {
 }
 
 // SlotOwners maps each slot to its master's address, as the first reachable
-// node that answers CLUSTER SLOTS sees it.
+// node that answers CLUSTER SLOTS sees it: the address the master announces
+// (ClientAddr).
 func (c *Cluster) SlotOwners() (*[SlotCount]string, error) {
 	var errs []error
 	for _, n := range c.Nodes() {

@@ -48,7 +48,7 @@ func (c *Cluster) healthy() error {
 		}
 	}
 	for _, n := range live {
-		switch role := roleIn(agreed, n.Addr); role {
+		switch role := roleIn(agreed, c.ClientAddr(n)); role {
 		case "master":
 		case "replica":
 			if err := n.linkUp(); err != nil {

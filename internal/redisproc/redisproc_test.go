@@ -5,11 +5,15 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/faultproxy"
 )
 
 // bin returns the redis-server binary or skips the test, unless
@@ -217,6 +221,9 @@ func TestClusterErrors(t *testing.T) {
 	if len(c.Addrs()) != 3 || c.Node(c.Masters[1].Addr) != c.Masters[1] || c.Node("127.0.0.1:1") != nil {
 		t.Fatalf("Addrs %v, Node lookups wrong", c.Addrs())
 	}
+	if got := c.ClientAddrs(); !slices.Equal(got, c.Addrs()) {
+		t.Fatalf("ClientAddrs %v without Announce, want the nodes' own %v", got, c.Addrs())
+	}
 	if _, err := c.MasterForSlot(SlotCount); err == nil {
 		t.Error("MasterForSlot(SlotCount) succeeded")
 	}
@@ -240,5 +247,82 @@ func TestClusterErrors(t *testing.T) {
 	}
 	if _, err := c.SlotOwners(); err == nil {
 		t.Error("SlotOwners with every node stopped succeeded")
+	}
+}
+
+// With Announce, each node tells clients to reach it at the port Announce
+// returned, here a proxy's in front of it: CLUSTER SLOTS, MOVED and the
+// harness's own lookups name the proxies, a cluster client seeded with one
+// proxy reaches every node through them, and the admin clients still talk
+// to the nodes themselves.
+func TestClusterAnnounce(t *testing.T) {
+	proxies := map[string]*faultproxy.Proxy{} // by the proxy's address
+	opt := ClusterOptions{Masters: 2, Announce: func(port int) int {
+		p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		proxies[p.Addr()] = p
+		_, to, _ := net.SplitHostPort(p.Addr())
+		n, _ := strconv.Atoi(to)
+		return n
+	}}
+	c, err := testEnv(t).StartCluster(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for _, n := range c.Nodes() {
+		addr := c.ClientAddr(n)
+		p := proxies[addr]
+		if p == nil || p.Target() != n.Addr || c.Node(addr) != n || c.Node(n.Addr) != n {
+			t.Fatalf("%s announces %s: want a proxy to it, found by Node", n.Addr, addr)
+		}
+	}
+	if got, want := c.ClientAddrs(), []string{c.ClientAddr(c.Masters[0]), c.ClientAddr(c.Masters[1])}; !slices.Equal(got, want) {
+		t.Fatalf("ClientAddrs = %v, want %v", got, want)
+	}
+	slots, err := c.Masters[0].Admin().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range slots {
+		for _, node := range r.Nodes {
+			if proxies[node.Addr] == nil {
+				t.Fatalf("CLUSTER SLOTS names %s for %d-%d, not a proxy", node.Addr, r.Start, r.End)
+			}
+		}
+	}
+	key, err := c.KeyOn(c.Masters[1], "k:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.MasterForSlot(Slot(key)); err != nil || m != c.Masters[1] {
+		t.Fatalf("MasterForSlot(%q) = %v, %v", key, m, err)
+	}
+	err = c.Masters[0].Admin().Get(ctx, key).Err()
+	if addr, ok := redis.IsMovedError(err); !ok || addr != c.ClientAddr(c.Masters[1]) {
+		t.Fatalf("GET %s on the other master: %v, want MOVED to %s's proxy", key, err, c.Masters[1].Addr)
+	}
+
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.ClientAddr(c.Masters[0])}, MaxRedirects: -1})
+	defer cc.Close()
+	for _, n := range c.Masters {
+		k, err := c.KeyOn(n, "through:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s through the proxies: %v", k, err)
+		}
+		if got, err := n.Admin().Get(ctx, k).Result(); err != nil || got != "v" {
+			t.Fatalf("GET %s on %s itself: %q, %v", k, n.Addr, got, err)
+		}
+		if s := proxies[c.ClientAddr(n)].Stats(); s.Accepted == 0 {
+			t.Fatalf("the client never went through %s's proxy", n.Addr)
+		}
 	}
 }

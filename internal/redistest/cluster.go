@@ -61,6 +61,15 @@ func (c *Cluster) Nodes() []*Server {
 // Addrs returns every node's address, in the order of Nodes.
 func (c *Cluster) Addrs() []string { return c.c.Addrs() }
 
+// ClientAddr returns the address the cluster gives clients for s, in
+// CLUSTER SLOTS and in redirects: the one it announces with
+// ClusterOptions.Announce, else s.Addr.
+func (c *Cluster) ClientAddr(s *Server) string { return c.c.ClientAddr(s.p) }
+
+// ClientAddrs returns every node's ClientAddr, in the order of Nodes: the
+// seeds for a client that must reach the nodes where they announce.
+func (c *Cluster) ClientAddrs() []string { return c.c.ClientAddrs() }
+
 // NodeID returns s's cluster node ID, which survives Kill and Restart.
 func (c *Cluster) NodeID(t testing.TB, s *Server) string {
 	t.Helper()
