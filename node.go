@@ -569,10 +569,11 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, long bool, err error) error {
 	g := &ch.g
 	c := g.k
+	err, onTx := unmarkTx(err)
 	cut := wasCut(n, err)
 	unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
 	if !cut && !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
-		err = ch.full(ctx, cmd)
+		err, _ = unmarkTx(ch.full(ctx, cmd))
 	}
 	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
@@ -585,14 +586,16 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 	if g.nodes.nested {
 		return n.translate(err)
 	}
-	return g.seal(n.callerError(ctx, cmd, err, cut, unrepeatable))
+	return g.seal(n.callerError(ctx, cmd, err, cut, unrepeatable), onTx)
 }
 
 // seal is err, sealed when it wraps a network's error and what the guard
 // returns goes to go-redis's cluster loop, which would send the command
-// again on finding one (sealed); the cluster facade unseals it.
-func (g *nodeGuard) seal(err error) error {
-	if g.nodes.topo == nil {
+// again on finding one (sealed); the cluster facade unseals it. What a
+// Watch transaction's commands return (onTx) goes to the Watch function,
+// whose answer Client.Watch seals in its place (sealTx).
+func (g *nodeGuard) seal(err error, onTx bool) error {
+	if g.nodes.topo == nil || onTx {
 		return err
 	}
 	if ne, ok := err.(*NodeError); ok && ne.cause != nil {
@@ -771,12 +774,13 @@ func failBatch(cmds []redis.Cmder, err error) error {
 //
 //go:noinline
 func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, long bool, err error) error {
+	err, onTx := unmarkTx(err)
 	cut := wasCut(n, err)
 	// go-redis's cluster client sends a failed node batch again by itself,
 	// without the commands that may have run (sentOnce); elsewhere the
 	// guard resends a batch that met a reset, if all of it is safe to.
 	if !cut && g.retryReset(ctx, err) && (isUnansweredSetup(err) || (g.nodes.topo == nil && resendable(cmds))) {
-		err = next(ctx, cmds) // go-redis re-reads every reply, clearing the first attempt's errors
+		err, _ = unmarkTx(next(ctx, cmds)) // go-redis re-reads every reply, clearing the first attempt's errors
 	}
 	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
@@ -814,7 +818,7 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 			// (ranOrMayHave): its outcome is this attempt's failure's.
 			cerr = err
 		}
-		cerr = g.seal(n.callerError(ctx, cmd, cerr, cut, !closed && mayHaveRun(ctx, cerr) && !repeatable(cmd)))
+		cerr = g.seal(n.callerError(ctx, cmd, cerr, cut, !closed && mayHaveRun(ctx, cerr) && !repeatable(cmd)), onTx)
 		cmd.SetErr(cerr)
 		if unknown == nil && errors.Is(cerr, ErrOutcomeUnknown) {
 			unknown = cerr
@@ -825,7 +829,7 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 		// redirect) gets, and what must stop go-redis's retry loops.
 		return unknown
 	}
-	return g.seal(n.callerError(ctx, nil, err, cut, false))
+	return g.seal(n.callerError(ctx, nil, err, cut, false), onTx)
 }
 
 // wasCut reports whether err is what a command got whose connection to n

@@ -33,6 +33,7 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 			// The Tx runs on a node client, below facadeHook. Elsewhere it
 			// clones the client's hooks, and facadeHook refuses there.
 			tx.AddHook(watchGuard{})
+			return sealTx(fn(tx))
 		}
 		return fn(tx)
 	}, keys...)
@@ -40,7 +41,7 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	case ran:
 		// fn's own answer, untouched but for what the node guard sealed
 		// (a Tx's command failed on its connection).
-		return unseal(err)
+		return unsealTx(err)
 	case err != nil:
 		// In Cluster mode go-redis's errors reach here without passing
 		// facadeHook ("redis: client is closed" after Close).
@@ -70,14 +71,14 @@ func (watchGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case classHolding:
 			return holdingErr(cmd)
 		}
-		return next(ctx, cmd)
+		return markTx(next(ctx, cmd))
 	}
 }
 
 func (watchGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if !batchIsBlocking(cmds) {
-			return next(ctx, cmds)
+			return markTx(next(ctx, cmds))
 		}
 		err := ErrBlockingInWatch
 		for _, cmd := range cmds {
@@ -146,4 +147,55 @@ func stackHas(match func(fn string) bool) bool {
 			return false
 		}
 	}
+}
+
+// txMarked is a network's error on a Watch transaction's connection, as
+// watchGuard, the Tx's innermost hook, hands it up to the node guard: the
+// guard gives the Tx's caller its error unsealed (nodeGuard.seal), since
+// it goes to the Watch function rather than to go-redis's cluster loop.
+type txMarked struct{ err error }
+
+func (m txMarked) Error() string { return m.err.Error() }
+func (m txMarked) Unwrap() error { return m.err }
+
+// markTx marks err for the node guard if it is a network's error.
+func markTx(err error) error {
+	if err == nil || isRedisReply(err) || !isNetworkError(err) {
+		return err
+	}
+	return txMarked{err}
+}
+
+// unmarkTx returns err without markTx's mark, and whether it had one.
+func unmarkTx(err error) (error, bool) {
+	if m, ok := err.(txMarked); ok {
+		return m.err, true
+	}
+	return err, false
+}
+
+// txSealed is what a Watch function returned, as Client.Watch hands it to
+// go-redis's cluster Watch, whose loop runs the function again on an
+// error that wraps a network's: the function's answer when a node guard
+// typed a failure of its transaction, which may have run. Client.Watch
+// gives the function's answer back (unsealTx).
+type txSealed struct{ err error }
+
+func (s txSealed) Error() string { return s.err.Error() }
+
+// sealTx seals err if it carries a node guard's error with a network's
+// error behind it.
+func sealTx(err error) error {
+	if ne, ok := errors.AsType[*NodeError](err); ok && ne.cause != nil {
+		return txSealed{err}
+	}
+	return err
+}
+
+// unsealTx is the Watch function's own answer.
+func unsealTx(err error) error {
+	if s, ok := err.(txSealed); ok {
+		return s.err
+	}
+	return unseal(err)
 }
