@@ -1,7 +1,16 @@
+// Command otel observes a redisguard client with OpenTelemetry through
+// extra/redisguardotel: redisguard's own signals (breaker states, recovery
+// probes, exhausted budgets, events, ...) as metrics, and go-redis's
+// redisotel spans and timings for every command, blocking ones and
+// pipelines included. It sends a few commands and prints the spans and
+// metrics to stdout; a service would configure an OTLP exporter instead.
+//
+//	go run . -addr localhost:6379
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log"
 	"log/slog"
@@ -9,16 +18,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redisguard/redisguard"
+	"github.com/redisguard/redisguard/extra/redisguardotel"
 )
 
-// main sends a few commands and prints their spans and the metrics to
-// stdout; a service would configure an OTLP exporter instead.
 func main() {
 	addrs := flag.String("addr", "localhost:6379", "comma-separated Redis addresses (several: Cluster)")
 	flag.Parse()
@@ -58,4 +69,22 @@ func main() {
 	if err := reader.ForceFlush(ctx); err != nil {
 		log.Print(err)
 	}
+}
+
+// setup builds the client with redisguard's metrics on mp, and redisotel's
+// tracing and metrics on every go-redis client it runs.
+func setup(cfg redisguard.Config, tp trace.TracerProvider, mp metric.MeterProvider) (*redisguard.Client, metric.Registration, error) {
+	c, reg, err := redisguardotel.NewClient(cfg, redisguardotel.WithMeterProvider(mp))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := errors.Join(
+		redisguardotel.InstrumentTracing(c, redisotel.WithTracerProvider(tp)),
+		redisguardotel.InstrumentMetrics(c, redisotel.WithMeterProvider(mp)),
+	); err != nil {
+		_ = reg.Unregister()
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return c, reg, nil
 }

@@ -6,12 +6,12 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redisguard/redisguard v0.0.0
+	github.com/redisguard/redisguard/extra/redisguardprom v0.0.0
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -24,4 +24,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/redisguard/redisguard => ../..
+replace (
+	github.com/redisguard/redisguard => ../..
+	github.com/redisguard/redisguard/extra/redisguardprom => ../../extra/redisguardprom
+)

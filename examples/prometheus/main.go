@@ -1,3 +1,9 @@
+// Command prometheus serves a redisguard client's metrics for Prometheus:
+// extra/redisguardprom's Collector (breaker states, probes, exhausted
+// budgets, events, ...) beside the Go runtime's.
+//
+//	go run . -addr localhost:6379 -listen :9121
+//	curl localhost:9121/metrics
 package main
 
 import (
@@ -18,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redisguard/redisguard"
+	"github.com/redisguard/redisguard/extra/redisguardprom"
 )
 
 func main() {
@@ -50,17 +57,15 @@ func main() {
 	}
 }
 
-// setup builds the client with the event counters wired in, and a registry
-// holding both collectors (and the Go runtime's, as a service would).
+// setup builds the client through redisguardprom, and a registry holding its
+// Collector and the Go runtime's, as a service would.
 func setup(cfg redisguard.Config) (*redisguard.Client, *prometheus.Registry, error) {
-	events := NewEvents()
-	cfg.OnEvent = events.OnEvent
-	c, err := redisguard.NewClient(cfg)
+	c, metrics, err := redisguardprom.NewClient(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(events, NewStats(c), collectors.NewGoCollector())
+	reg.MustRegister(metrics, collectors.NewGoCollector())
 	return c, reg, nil
 }
 
