@@ -180,6 +180,12 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 		}
 		waiting++
 		if silent := now.Sub(s.since); silent >= w.floor && silent >= w.bound(n, nodes) {
+			if n.conns.answeredUnread() {
+				// The node answered; the client has not read it yet (its
+				// readers were not scheduled, on a starved machine).
+				s.since = now
+				continue
+			}
 			suspects = append(suspects, suspect{n, silent})
 		}
 	}

@@ -246,7 +246,8 @@ func TestHangWatchReplyAfterTheCallerGaveUpIsHeard(t *testing.T) {
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(-time.Second))) // the caller's deadline has passed
 	_, err = c.Read(make([]byte, 16))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "go-redis's read gives up at the deadline")
-	ask(c) // and another command goes unanswered
+	require.NoError(t, c.Close()) // as go-redis closes it
+	ask(f.conn("a:1"))            // and another command goes unanswered
 	f.run(DefaultHungNodeAfter/2+2*hangTick, nil)
 	assert.Empty(t, f.opened(), "the late reply was not taken for an answer")
 	f.run(DefaultHungNodeAfter, nil)
@@ -313,3 +314,78 @@ func (fakeConn) RemoteAddr() net.Addr             { return refusedAddr{} }
 func (fakeConn) SetDeadline(time.Time) error      { return nil }
 func (fakeConn) SetReadDeadline(time.Time) error  { return nil }
 func (fakeConn) SetWriteDeadline(time.Time) error { return nil }
+
+// loopback returns both ends of a local TCP connection: a socket that the
+// watch can look into.
+func loopback(t *testing.T) (cli, srv net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	cli, err = net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	srv, err = l.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close(); _ = srv.Close() })
+	return cli, srv
+}
+
+func TestHangWatchReplyNobodyReadIsNoSilence(t *testing.T) {
+	// A starved machine: the node answered, and the goroutine that reads
+	// the reply has not run for longer than the bound.
+	cli, srv := loopback(t)
+	f := newHangFixture(t, "a:1")
+	f.tick(hangTick)
+	c := f.node("a:1").conns.track(cli, f.nodes.watch)
+	ask(c)
+	_, err := srv.Write([]byte("+PONG\r\n"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return dataWaiting(cli) }, 5*time.Second, time.Millisecond)
+	f.run(3*DefaultHungNodeAfter, nil)
+	assert.Empty(t, f.opened(), "an answer waiting in the socket was taken for silence")
+
+	// Read, and asked again without an answer: silent from now.
+	answer(c)
+	ask(c)
+	f.run(DefaultHungNodeAfter+2*hangTick, nil)
+	assert.Len(t, f.opened(), 1)
+}
+
+// A subscription's connection is listened to: a health-check PING the node
+// leaves unanswered is its silence, an answer is heard, and a subscriber
+// that does not keep up (the answer unread in the socket) is no silence.
+// Its connection is not cut with the others: subscriptions move.
+func TestHangWatchListensToSubscriptions(t *testing.T) {
+	f := newHangFixture(t, "a:1", "b:1")
+	subs := newSubscriptions(f.nodes.k, nil, f.nodes, nil, nil)
+	f.tick(hangTick)
+
+	cli, srv := loopback(t)
+	sub := subs.track(cli, "a:1", routeAsked, false)
+	_, _ = sub.Write(pingCmd)
+	_, err := srv.Write([]byte("*2\r\n$4\r\npong\r\n$0\r\n\r\n"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return dataWaiting(cli) }, 5*time.Second, time.Millisecond)
+	f.run(3*DefaultHungNodeAfter, nil)
+	assert.Empty(t, f.opened(), "an unread PONG was taken for silence")
+	_, err = sub.Read(make([]byte, 64))
+	require.NoError(t, err)
+	f.run(3*DefaultHungNodeAfter, nil)
+	assert.Empty(t, f.opened(), "an answered PING was taken for silence")
+
+	_, _ = sub.Write(pingCmd)
+	f.run(DefaultHungNodeAfter-2*hangTick, nil)
+	assert.Empty(t, f.opened(), "opened before HungNodeAfter of silence")
+	f.run(4*hangTick, nil)
+	opens := f.opened()
+	require.Len(t, opens, 1, "the PING left unanswered did not open the breaker")
+	assert.Equal(t, "a:1", opens[0].Addr)
+	assert.Equal(t, DecisionSilent, opens[0].Decision)
+
+	// Closed, the connection is forgotten.
+	require.NoError(t, sub.Close())
+	f.node("a:1").conns.mu.Lock()
+	left := len(f.node("a:1").conns.subs)
+	f.node("a:1").conns.mu.Unlock()
+	assert.Zero(t, left)
+}

@@ -25,6 +25,14 @@ type connSet struct {
 	mu    sync.Mutex
 	conns map[*nodeConn]struct{}           // guarded by mu
 	dials map[*context.CancelFunc]struct{} // guarded by mu
+	// subs are the node's subscription connections, which the hang watch
+	// listens to beside the others and cut leaves alone (they move:
+	// subscription_move.go), each with its last read as listen last saw
+	// it. Guarded by mu.
+	subs map[*subscriptionConn]int64
+	// closedHeard says that a connection closed since listen last ran
+	// had read something listen did not see. Guarded by mu.
+	closedHeard bool
 }
 
 // track returns conn, a connection just dialled, registered in s until it
@@ -43,6 +51,24 @@ func (s *connSet) track(conn net.Conn, watch *hangWatch) net.Conn {
 		return &nodeSysConn{nodeConn: tc, sys: sc}
 	}
 	return tc
+}
+
+// listenTo registers c, a subscription connection to the node, with the
+// hang watch until forget.
+func (s *connSet) listenTo(c *subscriptionConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = make(map[*subscriptionConn]int64)
+	}
+	s.subs[c] = c.lastRead.Load()
+}
+
+// forget undoes listenTo.
+func (s *connSet) forget(c *subscriptionConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, c)
 }
 
 // dialing returns ctx for a dial that cut cancels, and the function to
@@ -113,18 +139,25 @@ func (s *connSet) waiting() bool {
 			return true
 		}
 	}
+	for c := range s.subs {
+		if c.asked() {
+			return true
+		}
+	}
 	return false
 }
 
-// listen reports what the node's connections carried since the last call,
-// for the hang watch, its only caller: heard says the node sent something
-// on one of them, and waiting that one of them has sent the node something
-// it has not answered yet. A command that never reached the node (it
+// listen reports what the node's connections, its subscriptions' among
+// them, carried since the last call, for the hang watch, its only caller:
+// heard says the node sent something on one of them, and waiting that one
+// of them has sent the node something it has not answered yet (on a
+// subscription's, most often go-redis's health-check PING). A command that never reached the node (it
 // waited for a connection, or its caller gave up before it was written) is
 // on none of them: only the node's own silence makes it look hung.
 func (s *connSet) listen() (heard, waiting bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	heard, s.closedHeard = s.closedHeard, false
 	for c := range s.conns {
 		st := c.state.Load()
 		if reads := st >> 1; reads != c.heard {
@@ -132,7 +165,35 @@ func (s *connSet) listen() (heard, waiting bool) {
 		}
 		waiting = waiting || st&connWaiting != 0
 	}
+	for c, seen := range s.subs {
+		if read := c.lastRead.Load(); read != seen {
+			s.subs[c], heard = read, true
+		}
+		if c.asked() {
+			// A subscriber that does not keep up leaves the node's
+			// answer in the socket, unread: the node did answer.
+			if dataWaiting(c.Conn) {
+				heard = true
+			} else {
+				waiting = true
+			}
+		}
+	}
 	return heard, waiting
+}
+
+// answeredUnread reports whether a connection that waits for a reply has
+// one in its socket that nobody has read yet. It looks into each such
+// socket, and is asked only of a node about to be found hung.
+func (s *connSet) answeredUnread() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state.Load()&connWaiting != 0 && dataWaiting(c.Conn) {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeConn is a connection registered in a connSet until it is closed.
@@ -181,6 +242,11 @@ func (c *nodeConn) Close() error {
 	c.once.Do(func() {
 		c.set.mu.Lock()
 		delete(c.set.conns, c)
+		if c.state.Load()>>1 != c.heard {
+			// Most often a reply that came after its caller gave up:
+			// go-redis closes the connection at once.
+			c.set.closedHeard = true
+		}
 		c.set.mu.Unlock()
 	})
 	return c.Conn.Close()

@@ -76,11 +76,21 @@ func TestScenarioSubscriberOnlyProcessFollowsFailover(t *testing.T) {
 		[]string{"client", "classic", "sharded"},
 		[]string{"go-redis", ratio(sc, scT), ratio(ss, ssT)},
 		[]string{"redisguard", ratio(rc, rcT), ratio(rs, rsT)})
+	// The classic subscription leaves at go-redis's first health-check
+	// PING that the node leaves unanswered for the hang watch's bound:
+	// 3s after the last message, and HungNodeAfter.
+	var left time.Duration
 	events.mu.Lock()
 	for _, e := range events.events {
 		t.Logf("event at %v: %v", e.Time.Sub(paused).Round(time.Millisecond), e)
+		if e.Kind == EventSubscriptionMoved && left == 0 {
+			left = e.Time.Sub(paused)
+		}
 	}
 	events.mu.Unlock()
+	t.Logf("the first subscription left the hung node %v after the pause", left.Round(time.Millisecond))
+	assert.Positive(t, left, "no subscription moved")
+	assert.Less(t, left, 3*time.Second+DefaultHungNodeAfter+time.Second, "the subscriptions waited for more than one health check")
 	require.Positive(t, rcT)
 	require.Positive(t, rsT)
 	assert.GreaterOrEqual(t, float64(rc)/float64(rcT), pick(0.99, 0.97), "the classic subscription did not follow")

@@ -73,8 +73,9 @@ func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, mas
 // its subscriptions may go (subscription.go), and permit whether it holds
 // a long permit, given back when it is closed.
 func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRoute, permit bool) *subscriptionConn {
-	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route, permit: permit}
+	c := &subscriptionConn{Conn: conn, s: s, addr: addr, route: route, permit: permit, node: s.nodes.get(addr)}
 	c.lastRead.Store(s.k.clock.Now().UnixNano())
+	c.node.conns.listenTo(c)
 	s.mu.Lock()
 	set := s.conns[addr]
 	if set == nil {
@@ -89,6 +90,7 @@ func (s *subscriptions) track(conn net.Conn, addr string, route subscriptionRout
 // untrack forgets c; if c broke while subscribed, its subscription is
 // waited for on a new connection.
 func (s *subscriptions) untrack(c *subscriptionConn) {
+	c.node.conns.forget(c)
 	c.mu.Lock()
 	subs, key, arriving := c.subs.names(), c.subs.key(), c.arriving
 	shards := slices.Sorted(maps.Keys(c.subs[shardKind]))
@@ -233,6 +235,7 @@ type subscriptionConn struct {
 	net.Conn
 	s      *subscriptions
 	addr   string // the node it was dialed to
+	node   *node  // addr's, whose hang watch listens to the connection
 	route  subscriptionRoute
 	permit bool // it holds a long permit
 
@@ -241,7 +244,7 @@ type subscriptionConn struct {
 	broken   atomic.Bool  // it failed, or was closed to move it, while in use
 	moved    atomic.Bool  // moveFrom closed it
 	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
-	pingedAt atomic.Int64 // unix ns of the first PING written since the last read; 0 if none
+	askedAt  atomic.Int64 // unix ns of the first write since the last read; 0 if none
 
 	mu       sync.Mutex
 	subs     subscriptionSet // guarded by mu
@@ -279,19 +282,30 @@ func (c *subscriptionConn) takeArriving() *pendingMove {
 // pingCmd is how go-redis's PubSub health check writes its PING.
 var pingCmd = []byte("*1\r\n$4\r\nping\r\n")
 
-// unanswered is told that a PING is about to be written, and reports
-// whether one written at least ReadTimeout ago has had nothing read since:
-// the node holds the connection but does not answer, as a hung one does.
-// go-redis's health check pings only while no message arrives (every 3s by
-// default), so a hung node is found at its second PING.
-func (c *subscriptionConn) unanswered() bool {
+// asking is told that something is about to be written, which the node
+// answers (every command does on a subscription's connection), and
+// reports whether something written at least ReadTimeout ago has had
+// nothing read since: the node holds the connection but does not answer,
+// as a hung one does. The hang watch hears of the write (asked), and
+// finds such a node within its silence bound; this is the bound where the
+// watch does not run (breakers off) or does not trip (every node silent).
+func (c *subscriptionConn) asking() bool {
 	now := c.s.k.clock.Now().UnixNano()
-	first := c.pingedAt.Load()
+	first := c.askedAt.Load()
 	if first == 0 || c.lastRead.Load() >= first {
-		c.pingedAt.Store(now)
+		c.askedAt.Store(now)
+		if w := c.s.nodes.watch; w != nil {
+			w.wake()
+		}
 		return false
 	}
 	return now-first >= int64(c.s.k.cfg.ReadTimeout)
+}
+
+// asked reports whether something written on c has had nothing read since.
+func (c *subscriptionConn) asked() bool {
+	first := c.askedAt.Load()
+	return first != 0 && c.lastRead.Load() < first
 }
 
 // breakOff closes the connection under its PubSub, which then subscribes
@@ -303,11 +317,11 @@ func (c *subscriptionConn) breakOff() {
 }
 
 func (c *subscriptionConn) Write(p []byte) (int, error) {
-	if c.route != routeAsked && bytes.HasPrefix(p, pingCmd) && c.unanswered() {
-		// go-redis's health check found nothing read since its last PING;
-		// closed, the write fails, and the health check subscribes again.
-		// (A lone server is left alone: there is nowhere else to go, and
-		// when it resumes it delivers what it holds.)
+	if c.asking() && c.route != routeAsked && bytes.HasPrefix(p, pingCmd) {
+		// go-redis's health check found nothing read since an earlier
+		// write; closed, the write fails, and the health check subscribes
+		// again. (A lone server is left alone: there is nowhere else to
+		// go, and when it resumes it delivers what it holds.)
 		c.s.unresponsive(c.addr)
 		c.breakOff()
 	}

@@ -763,7 +763,7 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 
 // How often a connection of several legs looks for a quiet one, and how
 // long a leg may read nothing before it is pinged. A leg is found hung
-// ReadTimeout after its first unanswered PING (subscriptionConn.unanswered),
+// ReadTimeout after its first unanswered PING (subscriptionConn.asking),
 // so within about ReadTimeout plus 2s of its node's last answer.
 const (
 	legCheckEvery = time.Second
