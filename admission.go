@@ -61,7 +61,7 @@ type admission struct {
 	// as newGoRedis installs one on every node client of the long client.
 	// Set with long, under mu.
 	guard func(addr string) nodeGuard
-	// unblock is refused once a server refuses CLIENT UNBLOCK (see interrupt).
+	// unblock records a server's refusal of CLIENT UNBLOCK (see interrupt).
 	unblock denial
 	// hooks are the Client's hooks a dedicated connection carries.
 	hooks *clientHooks
