@@ -61,8 +61,8 @@ type admission struct {
 	// as newGoRedis installs one on every node client of the long client.
 	// Set with long, under mu.
 	guard func(addr string) nodeGuard
-	// noUnblock is set once a server refuses CLIENT UNBLOCK (see interrupt).
-	noUnblock atomic.Bool
+	// unblock records a server's refusal of CLIENT UNBLOCK (see interrupt).
+	unblock denial
 	// hooks are the Client's hooks a dedicated connection carries.
 	hooks *clientHooks
 	// gen counts Instrument calls: a dedicated connection or shell built

@@ -263,7 +263,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			if rr != nil && !co.ReadOnly {
-				opt.OnConnect = withReadOnly(opt.OnConnect)
+				opt.OnConnect = rr.withReadOnly(opt.Addr, opt.OnConnect)
 			}
 			cl := redis.NewClient(opt)
 			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself

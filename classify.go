@@ -407,7 +407,7 @@ func equalFoldUpper[T string | []byte](s T, upper string) bool {
 // Those run through the node's hooks from inside the operation that dialled,
 // which already holds the breaker's ticket; gating them again would make a
 // half-open probe reject its own handshake and never close the breaker. The
-// same commands sent by a caller, or by admission (CLIENT ID, CLIENT
+// same commands sent by a caller, or by admission (HELLO, CLIENT ID, CLIENT
 // UNBLOCK), are gated and scored like any other: the name is checked on
 // every command, and the stack only for the few that match.
 func isHandshake(cmd redis.Cmder) bool {

@@ -59,33 +59,9 @@ var repeatableNames = func() map[string]func(args []interface{}) bool {
 		}
 	}
 
-	// Reads: the commands Redis 7.0's COMMAND flags readonly, checked
-	// against a live server by TestRepeatableAgreesWithCommandFlags.
-	add(nil, "BITCOUNT", "BITFIELD_RO", "BITPOS", "DBSIZE", "DUMP", "EVAL_RO", "EVALSHA_RO", "EXISTS",
-		"EXPIRETIME", "FCALL_RO", "GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO",
-		"GEOSEARCH", "GET", "GETBIT", "GETRANGE", "HEXISTS", "HGET", "HGETALL", "HKEYS", "HLEN", "HMGET",
-		"HRANDFIELD", "HSCAN", "HSTRLEN", "HVALS", "KEYS", "LCS", "LINDEX", "LLEN", "LOLWUT", "LPOS",
-		"LRANGE", "MEMORY|USAGE", "MGET", "OBJECT|ENCODING", "OBJECT|FREQ", "OBJECT|IDLETIME",
-		"OBJECT|REFCOUNT", "PEXPIRETIME", "PFCOUNT", "PTTL", "RANDOMKEY", "SCAN", "SCARD", "SDIFF",
-		"SINTER", "SINTERCARD", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SORT_RO", "SRANDMEMBER", "SSCAN",
-		"STRLEN", "SUBSTR", "SUNION", "TOUCH", "TTL", "TYPE", "XINFO|CONSUMERS", "XINFO|GROUPS",
-		"XINFO|STREAM", "XLEN", "XPENDING", "XRANGE", "XREAD", "XREVRANGE", "ZCARD", "ZCOUNT", "ZDIFF",
-		"ZINTER", "ZINTERCARD", "ZLEXCOUNT", "ZMSCORE", "ZRANDMEMBER", "ZRANGE", "ZRANGEBYLEX",
-		"ZRANGEBYSCORE", "ZRANK", "ZREVRANGE", "ZREVRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANK", "ZSCAN",
-		"ZSCORE", "ZUNION")
-	// Reads of later Redis versions (hash field TTLs in 7.4, vector sets in
-	// 8.0, DIGEST in 8.4) and of the modules go-redis has helpers for.
-	add(nil, "HTTL", "HPTTL", "HEXPIRETIME", "HPEXPIRETIME", "DIGEST",
-		"VCARD", "VDIM", "VEMB", "VGETATTR", "VINFO", "VISMEMBER", "VLINKS", "VRANDMEMBER", "VSIM",
-		"JSON.GET", "JSON.MGET", "JSON.TYPE", "JSON.STRLEN", "JSON.OBJLEN", "JSON.OBJKEYS", "JSON.ARRLEN",
-		"JSON.ARRINDEX", "TS.GET", "TS.MGET", "TS.RANGE", "TS.REVRANGE", "TS.MRANGE", "TS.MREVRANGE",
-		"TS.INFO", "TS.QUERYINDEX", "TS.READ", "BF.EXISTS", "BF.MEXISTS", "BF.INFO", "BF.CARD",
-		"CF.EXISTS", "CF.MEXISTS", "CF.COUNT", "CF.INFO", "CMS.QUERY", "CMS.INFO", "TOPK.QUERY",
-		"TOPK.LIST", "TOPK.INFO", "TDIGEST.CDF", "TDIGEST.QUANTILE", "TDIGEST.MIN", "TDIGEST.MAX",
-		"TDIGEST.INFO", "TDIGEST.RANK", "TDIGEST.REVRANK", "TDIGEST.BYRANK", "TDIGEST.BYREVRANK",
-		"TDIGEST.TRIMMED_MEAN", "FT.SEARCH", "FT.AGGREGATE", "FT.INFO", "FT._LIST", "FT.EXPLAIN",
-		"FT.EXPLAINCLI", "FT.SPELLCHECK", "FT.SUGGET", "FT.SUGLEN", "FT.TAGVALS", "FT.DICTDUMP",
-		"FT.SYNDUMP")
+	// Reads, which replica routing shares (knownReads).
+	add(nil, readCommands...)
+	add(nil, laterReadCommands...)
 	// Commands that read no key and change nothing: the server's and the
 	// cluster's state, which go-redis itself asks for (CLUSTER SLOTS,
 	// COMMAND, ROLE).
@@ -130,6 +106,43 @@ var repeatableNames = func() map[string]func(args []interface{}) bool {
 	add(distinctLists, "LMOVE", "BLMOVE", "RPOPLPUSH", "BRPOPLPUSH")
 	return m
 }()
+
+// readCommands are the commands Redis 7.0's COMMAND flags readonly, and for
+// commands with subcommands the pairs as COMMAND spells them, checked
+// against a live server by TestRepeatableAgreesWithCommandFlags. They are
+// repeatable, and they are what replica routing takes for reads when the
+// servers do not say (knownReads).
+var readCommands = []string{
+	"BITCOUNT", "BITFIELD_RO", "BITPOS", "DBSIZE", "DUMP", "EVAL_RO", "EVALSHA_RO", "EXISTS",
+	"EXPIRETIME", "FCALL_RO", "GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO",
+	"GEOSEARCH", "GET", "GETBIT", "GETRANGE", "HEXISTS", "HGET", "HGETALL", "HKEYS", "HLEN", "HMGET",
+	"HRANDFIELD", "HSCAN", "HSTRLEN", "HVALS", "KEYS", "LCS", "LINDEX", "LLEN", "LOLWUT", "LPOS",
+	"LRANGE", "MEMORY|USAGE", "MGET", "OBJECT|ENCODING", "OBJECT|FREQ", "OBJECT|IDLETIME",
+	"OBJECT|REFCOUNT", "PEXPIRETIME", "PFCOUNT", "PTTL", "RANDOMKEY", "SCAN", "SCARD", "SDIFF",
+	"SINTER", "SINTERCARD", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SORT_RO", "SRANDMEMBER", "SSCAN",
+	"STRLEN", "SUBSTR", "SUNION", "TOUCH", "TTL", "TYPE", "XINFO|CONSUMERS", "XINFO|GROUPS",
+	"XINFO|STREAM", "XLEN", "XPENDING", "XRANGE", "XREAD", "XREVRANGE", "ZCARD", "ZCOUNT", "ZDIFF",
+	"ZINTER", "ZINTERCARD", "ZLEXCOUNT", "ZMSCORE", "ZRANDMEMBER", "ZRANGE", "ZRANGEBYLEX",
+	"ZRANGEBYSCORE", "ZRANK", "ZREVRANGE", "ZREVRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANK", "ZSCAN",
+	"ZSCORE", "ZUNION",
+}
+
+// laterReadCommands are the reads of later Redis versions (hash field TTLs
+// in 7.4, vector sets in 8.0, DIGEST in 8.4) and of the modules go-redis has
+// helpers for, as their COMMAND flags them.
+var laterReadCommands = []string{
+	"HTTL", "HPTTL", "HEXPIRETIME", "HPEXPIRETIME", "DIGEST",
+	"VCARD", "VDIM", "VEMB", "VGETATTR", "VINFO", "VISMEMBER", "VLINKS", "VRANDMEMBER", "VSIM",
+	"JSON.GET", "JSON.MGET", "JSON.TYPE", "JSON.STRLEN", "JSON.OBJLEN", "JSON.OBJKEYS", "JSON.ARRLEN",
+	"JSON.ARRINDEX", "TS.GET", "TS.MGET", "TS.RANGE", "TS.REVRANGE", "TS.MRANGE", "TS.MREVRANGE",
+	"TS.INFO", "TS.QUERYINDEX", "TS.READ", "BF.EXISTS", "BF.MEXISTS", "BF.INFO", "BF.CARD",
+	"CF.EXISTS", "CF.MEXISTS", "CF.COUNT", "CF.INFO", "CMS.QUERY", "CMS.INFO", "TOPK.QUERY",
+	"TOPK.LIST", "TOPK.INFO", "TDIGEST.CDF", "TDIGEST.QUANTILE", "TDIGEST.MIN", "TDIGEST.MAX",
+	"TDIGEST.INFO", "TDIGEST.RANK", "TDIGEST.REVRANK", "TDIGEST.BYRANK", "TDIGEST.BYREVRANK",
+	"TDIGEST.TRIMMED_MEAN", "FT.SEARCH", "FT.AGGREGATE", "FT.INFO", "FT._LIST", "FT.EXPLAIN",
+	"FT.EXPLAINCLI", "FT.SPELLCHECK", "FT.SUGGET", "FT.SUGLEN", "FT.TAGVALS", "FT.DICTDUMP",
+	"FT.SYNDUMP",
+}
 
 // Option tokens that make a write conditional (kind 1 in these tables).
 var (

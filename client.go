@@ -101,7 +101,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		c.nodes.slow.groups = c.topo.shards
 	}
 	if resolved.Mode == ModeSentinel {
-		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.log)
+		sm := newSentinelMaster(resolved.MasterName, resolved.Addrs, c.probeOpt, c.sentinelOptions(), c.nodes.get, c.core)
 		c.sentinel = sm
 		c.nodes.probes.probe = nodeProbe(c.probeOpt, sm)
 		c.nodes.onOpen = func(n *node) {

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// dedicated is one long connection, kept across calls so that its CLIENT ID
+// dedicated is one long connection, kept across calls so that its client id
 // is learned once. It is the only connection of a go-redis client of its
 // own, whose dial it watches: go-redis offers no way to close a pooled
 // connection under a read in progress, and a cancelled call that CLIENT
@@ -23,7 +23,7 @@ type dedicated struct {
 	control *redis.Client // the node's long client: CLIENT UNBLOCK goes through its pool
 	sh      *shell        // this connection's client, one connection in its pool
 	conn    *redis.Conn   // holds that connection for the dedicated's whole life
-	id      int64         // the connection's CLIENT ID; 0 if the server has none (Redis numbers clients from 1)
+	id      int64         // the connection's client id; 0 if the server gives none (Redis numbers clients from 1)
 	key     string        // node address: the idle list it returns to
 
 	mu      sync.Mutex
@@ -113,10 +113,10 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 // dial for the set-up, and for each call at the deadline run sets.
 //
 // The first command claims the connection and learns the id the server
-// knows it by. A server or proxy without CLIENT ID (miniredis, some managed
-// proxies) answers with an error reply; a cancelled call is then ended by
-// closing its connection. Any other failure is the connection's set-up
-// failing: the caller's command was not sent.
+// knows it by (connID). A server or proxy that gives none (miniredis, some
+// managed proxies) answers with an error reply; a cancelled call is then
+// ended by closing its connection. Any other failure is the connection's
+// set-up failing: the caller's command was not sent.
 func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*dedicated, error) {
 	d := &dedicated{control: node, key: key}
 	a.mu.Lock()
@@ -144,10 +144,10 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 	d.conn = d.sh.client.EphemeralConn()
 
 	stop := context.AfterFunc(ctx, d.sever) // cancelled while the server does not answer
-	id, err := d.conn.ClientID(withCaller(ctx, ctx)).Result()
+	id, err := d.connID(withCaller(ctx, ctx))
 	if !stop() {
 		// The cancellation came during the set-up and is severing d,
-		// perhaps just as CLIENT ID answered: the call must not be sent
+		// perhaps just as its id was answered: the call must not be sent
 		// on a connection being closed under it, where a reply (an
 		// element) could be lost. Nothing of the call was sent.
 		a.discard(d)
@@ -159,6 +159,21 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 	}
 	d.id = id
 	return d, nil
+}
+
+// connID asks the server for d's client id with a bare HELLO, which every
+// user may send (hello.go), rather than CLIENT ID, which an application's
+// user is often denied; CLIENT ID only when the server cannot answer HELLO
+// so (older than Redis 6.2). An error reply means the server gives no id.
+func (d *dedicated) connID(ctx context.Context) (int64, error) {
+	hello, err := askHello(ctx, d.conn.Process)
+	switch {
+	case err == nil && hello.id > 0:
+		return hello.id, nil
+	case err != nil && !isRedisReply(err):
+		return 0, err
+	}
+	return d.conn.ClientID(ctx).Result()
 }
 
 // close ends d and its shell for good.
@@ -258,6 +273,9 @@ func (a *admission) readDeadline(cmds []redis.Cmder) (deadline time.Time, ok boo
 	return time.Now().Add(wait + a.k.cfg.ReadTimeout), true
 }
 
+// unblockQuestion is CLIENT UNBLOCK, as a refusal is logged.
+var unblockQuestion = question{"client|unblock", "a cancelled blocking call is ended by closing its connection"}
+
 // isUnblocked reports whether err is the -UNBLOCKED reply that CLIENT
 // UNBLOCK ... ERROR gives the command it ended.
 func isUnblocked(err error) bool {
@@ -288,9 +306,10 @@ func reusable(err error) bool { return err == nil || err == redis.Nil || isRedis
 // reply on the way, and closing would lose it.
 //
 // The connection is closed at once (sever) when UNBLOCK cannot be used: the
-// server has no CLIENT ID, or refused UNBLOCK with an error reply (a user
+// server gave no client id, or refused UNBLOCK with an error reply (a user
 // without the permission, ACL -@dangerous; a proxy without the command),
-// which is remembered for every later call rather than asked again. It is
+// which is logged once and remembered for every later call rather than
+// asked again (admission.unblock). It is
 // closed too when UNBLOCK does not answer within unblockGrace (a hung
 // server), or has not ended the call within unblockGrace of its
 // cancellation (a command UNBLOCK cannot end). Closed, a BLPOP that has not
@@ -299,7 +318,7 @@ func reusable(err error) bool { return err == nil || err == redis.Nil || isRedis
 //
 // Real time paces the loop: this is network back-off, not logic under test.
 func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
-	if d.id == 0 || a.noUnblock.Load() {
+	if d.id == 0 || a.unblock.refused() {
 		d.sever()
 		return
 	}
@@ -320,7 +339,7 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 		cancel()
 		switch {
 		case isRedisReply(err):
-			a.noUnblock.Store(true)
+			a.unblock.refuse(a.k, unblockQuestion, d.control.Options().Addr, err)
 			d.sever()
 			return
 		case err != nil && isConnReset(err) && !errors.Is(err, ErrClosed) && time.Now().Before(giveUp):

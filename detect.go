@@ -15,27 +15,46 @@ import (
 const maxDetectWait = time.Second
 
 // detectMode settles ModeAuto with one address: it asks the server once
-// (INFO cluster) whether cluster support is enabled. It reports the mode to
-// run in, or ModeAuto and why, when the server gave no answer that tells;
-// opt is the handshake every client uses.
-func detectMode(cfg Config, opt *redis.Options) (Mode, error) {
+// whether it runs as a cluster node. It reports the mode to run in, and the
+// contact's failure when the server could not be asked; the client then
+// runs Standalone until the server's first answer (detect_pending.go). opt
+// is the handshake every client uses.
+//
+// The question is a bare HELLO, whose reply names the server's mode and
+// which every user may send (hello.go); INFO cluster, which an
+// application's user is usually denied (INFO is @dangerous), is asked only
+// of a server that cannot answer HELLO so.
+func detectMode(cfg Config, opt *redis.Options) (mode Mode, contact error) {
 	wait := min(cfg.DialTimeout, maxDetectWait)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
 	defer cancel()
 	noDB := *opt
 	noDB.DB = 0 // a cluster node refuses SELECT
-	cmd, err := probeAddr(ctx, &noDB, cfg.Addrs[0], wait, "info", "cluster")
-	if err != nil {
-		if isRedisReply(err) && !refusedUs(err) {
-			return ModeStandalone, nil // a server without INFO cluster is no cluster node
+	mode = ModeStandalone
+	probeConn(ctx, &noDB, cfg.Addrs[0], wait, func(cl *redis.Client) {
+		hello, err := askHello(ctx, cl.Process)
+		switch {
+		case err == nil && hello.mode != "":
+			if hello.mode == "cluster" {
+				mode = ModeCluster
+			}
+			return
+		case err != nil && (!isRedisReply(err) || refusedUs(err)):
+			contact = err // the connection or its handshake failed: nothing was asked
+			return
 		}
-		return ModeAuto, err
-	}
-	text, _ := cmd.Val().(string)
-	if infoField(text, "cluster_enabled") == "1" {
-		return ModeCluster, nil
-	}
-	return ModeStandalone, nil
+		text, err := cl.Info(ctx, "cluster").Result()
+		switch {
+		case err == nil:
+			if infoField(text, "cluster_enabled") == "1" {
+				mode = ModeCluster
+			}
+		case !isRedisReply(err) || refusedUs(err):
+			contact = err
+		}
+		// Any other error reply: a server without INFO cluster is no cluster node.
+	})
+	return mode, contact
 }
 
 // applyDetected fixes up cfg for the mode a single address turned out to be.

@@ -110,7 +110,7 @@ func (p *pendingMode) heard(cmd redis.Cmder) {
 	if !ok || !isHello(cmd) {
 		return
 	}
-	switch mode, _ := hello.Val()["mode"].(string); mode {
+	switch mode := parseHello(hello.Val()).mode; mode {
 	case "cluster":
 		p.cluster()
 	case "":

@@ -181,6 +181,7 @@ type divergence struct {
 	flights  map[int]*viewFlight // guarded by mu; the view gather in flight, by slot
 
 	lastForce atomic.Int64 // unix ns of the last forced refresh
+	nodesAsk  denial       // CLUSTER NODES, which the views are asked with (permission.go)
 
 	waits, recovered, failovers, corruptions atomic.Uint64
 }

@@ -32,9 +32,13 @@ type slotView struct {
 // node clients, so breakers, pools and credentials apply; nodes whose
 // breaker is not closed are skipped. Everything is bounded by one
 // ReadTimeout, and every goroutine has finished when it returns. A node that
-// does not answer gives no view. target is the address the last redirect
-// pointed to: it claims something, so it is asked first.
+// does not answer gives no view, and once a node has refused CLUSTER NODES,
+// none is asked again. target is the address the last redirect pointed to:
+// it claims something, so it is asked first.
 func (d *divergence) gatherViews(ctx context.Context, slot int, target string) []slotView {
+	if d.nodesAsk.refused() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.k.cfg.ReadTimeout)
 	defer cancel()
 	clients := d.nodeClients(ctx)
@@ -46,6 +50,7 @@ func (d *divergence) gatherViews(ctx context.Context, slot int, target string) [
 		g.Go(func() error {
 			text, err := clients[addr].ClusterNodes(ctx).Result()
 			if err != nil {
+				d.nodesAsk.refusedBy(d.k, viewsQuestion, addr, err)
 				return nil
 			}
 			v, self, ok := viewOf(addr, text, slot)
@@ -69,6 +74,10 @@ func (d *divergence) gatherViews(ctx context.Context, slot int, target string) [
 	}
 	return out
 }
+
+// viewsQuestion is CLUSTER NODES, as its refusal is logged.
+var viewsQuestion = question{"cluster|nodes",
+	"a redirect cycle is waited out as a failover, at most ClusterNodeTimeout, without the nodes' views of who owns the slot"}
 
 // nodeClients returns the cluster client's node clients by address.
 // ForEachShard is the exported way to reach them; its callbacks only record.

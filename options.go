@@ -22,8 +22,8 @@ type Mode int
 const (
 	// ModeAuto picks the mode from the other fields: MasterName set means
 	// Sentinel, more than one address means Cluster. With one address
-	// NewClient asks the server once (INFO cluster, bounded by DialTimeout
-	// and at most a second) whether it is a cluster node, and runs as
+	// NewClient asks the server once (HELLO, bounded by DialTimeout and at
+	// most a second) whether it is a cluster node, and runs as
 	// Cluster or Standalone accordingly; a Kubernetes Service in front of a
 	// cluster needs no other setting. If the server cannot be reached then,
 	// the client runs Standalone, and a MOVED reply later fails with an error

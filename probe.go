@@ -200,13 +200,20 @@ func answered(err error) bool {
 // handshake (credentials, TLS, protocol, database, client name), and returns
 // the reply. Every step waits at most wait; nothing is retried.
 func probeAddr(ctx context.Context, base *redis.Options, addr string, wait time.Duration, args ...any) (*redis.Cmd, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	probeConn(ctx, base, addr, wait, func(cl *redis.Client) { _ = cl.Process(ctx, cmd) })
+	return cmd, cmd.Err()
+}
+
+// probeConn is probeAddr for a caller that sends several commands, in turn,
+// with do, on one client of one pooled connection: a second command reuses
+// the connection the first one set up.
+func probeConn(ctx context.Context, base *redis.Options, addr string, wait time.Duration, do func(cl *redis.Client)) {
 	cl := newGoRedis(clientSpec{kind: clientProbe, base: base, addr: addr, wait: wait}).(*redis.Client)
 	defer cl.Close()
 	// go-redis turns a context's deadline into the socket's, but not its
 	// cancellation: closing the client is what ends a read in flight when
 	// Close cancels a probe.
 	defer context.AfterFunc(ctx, func() { _ = cl.Close() })()
-	cmd := redis.NewCmd(ctx, args...)
-	_ = cl.Process(ctx, cmd)
-	return cmd, cmd.Err()
+	do(cl)
 }

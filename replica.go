@@ -5,8 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +21,8 @@ import (
 // ReadFrom says which node of a shard serves read-only commands, in Cluster
 // and Sentinel mode. A command is a read when COMMAND flags it readonly:
 // GET, EVAL_RO and FCALL_RO are reads; EVAL, FCALL and every transaction go
-// to the master.
+// to the master. Where the servers refuse COMMAND, redisguard's own table of
+// reads stands in (knownReads), and the log says so once.
 type ReadFrom int
 
 const (
@@ -82,7 +85,7 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 //   - A master whose breaker is open hands the reads that reach it to a
 //     usable replica of its shard (every ReadFrom but ReadFromMaster); so
 //     does a master that just failed to answer one. A read is what COMMAND
-//     flags readonly, asked once of a replica. With ReadFromMasterPreferred
+//     flags readonly, asked once of a replica (isRead). With ReadFromMasterPreferred
 //     this is the only path: go-redis routes everything to the masters, so
 //     the healthy path costs one atomic load, and replica connections are
 //     opened with READONLY by the node clients' OnConnect.
@@ -90,10 +93,14 @@ func parseReadFrom(s string) (ReadFrom, bool) {
 //     go-redis's ReadOnly routing (with RouteByLatency or RouteRandomly)
 //     decides what is a read, opens replica connections with READONLY and
 //     picks a node of the shard; a replica that is not usable hands the read
-//     on to its master.
+//     on to its master. go-redis asks COMMAND for that; once a server has
+//     refused it, it is answered with the refusal and not sent again
+//     (commandInfo): go-redis then sends every command to the master.
 //
 // A replica is usable when its breaker is not open and, with
-// Config.MaxReplicaStaleness, its lag is within the bound (lagTracker).
+// Config.MaxReplicaStaleness, its lag is within the bound (lagTracker); none
+// is once the servers refuse what that takes: INFO for the lag, READONLY on
+// a cluster replica's connections.
 type replicas struct {
 	k     *core
 	nodes *nodeSet
@@ -118,9 +125,19 @@ type replicas struct {
 	shardState map[string]*fallback
 	falling    atomic.Int64 // fallbacks with since set: the healthy path skips them while 0
 
-	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names; nil until fetched
+	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names, or knownReads; nil until fetched
 	readsMu   sync.Mutex                      // held while COMMAND is asked, so that reads wait for it
 	nextFetch time.Time                       // guarded by readsMu; before it COMMAND is not asked again
+
+	// The questions replica routing asks the servers for itself, and what a
+	// refusal costs (permission.go).
+	command  denial   // COMMAND: which commands are reads
+	commandQ question // COMMAND, as its refusal is logged in this mode
+	lagInfo  denial   // INFO replication: a replica's lag
+	readonly denial   // READONLY on a cluster node's connections (ReadFromMasterPreferred)
+	// commandRefusal is the first refusal of COMMAND, which commandInfo
+	// answers in its place; nil while none.
+	commandRefusal atomic.Pointer[error]
 }
 
 // shardMap says, for one slot map, which master each replica serves and
@@ -143,7 +160,11 @@ type fallback struct {
 // newReplicas returns the router of a cluster client (topo set) or of a
 // Sentinel client (members set by the caller).
 func newReplicas(k *core, nodes *nodeSet, topo *topology) *replicas {
-	r := &replicas{k: k, nodes: nodes, shardState: make(map[string]*fallback)}
+	r := &replicas{k: k, nodes: nodes, shardState: make(map[string]*fallback), commandQ: commandQuestion}
+	if topo != nil && k.cfg.ReadFrom != ReadFromMasterPreferred {
+		r.commandQ.instead = "go-redis's cluster client routes reads by it: with ReadFrom " + k.cfg.ReadFrom.String() +
+			" every command now goes to the master, and go-redis logs each look-up it cannot make"
+	}
 	if topo != nil {
 		r.slots = topo.lastSlots
 		r.members = func(_ context.Context, master *node) []*node { return r.replicasOf(master.addr) }
@@ -262,7 +283,8 @@ func (r *replicas) replicasOf(addr string) []*node {
 // usable reports whether replica may serve a read now: its breaker is not
 // open, it is not marked slow, and it lags no more than MaxReplicaStaleness.
 func (r *replicas) usable(ctx context.Context, replica *node) bool {
-	return replica.br.State() != breaker.Open && !replica.slow.Load() && (r.lag == nil || r.lag.fresh(ctx, replica.addr))
+	return replica.br.State() != breaker.Open && !replica.slow.Load() && !r.readonly.refused() &&
+		(r.lag == nil || r.lag.fresh(ctx, replica.addr))
 }
 
 // away reports whether master's reads should go to a replica: its breaker
@@ -287,14 +309,12 @@ func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Cli
 
 // isRead reports whether cmd is a read, by COMMAND's readonly flag, asked
 // once (and again at most once a second while it fails) of cl. The reads
-// that need it meanwhile wait for the answer.
+// that need it meanwhile wait for the answer. Until COMMAND has answered,
+// and for good once a server has refused it, knownReads decides.
 func (r *replicas) isRead(ctx context.Context, cmd redis.Cmder, cl *redis.Client) bool {
 	reads := r.reads.Load()
 	if reads == nil {
 		reads = r.fetchReads(ctx, cl)
-		if reads == nil {
-			return false
-		}
 	}
 	return (*reads)[cmd.Name()]
 }
@@ -307,12 +327,15 @@ func (r *replicas) fetchReads(ctx context.Context, cl *redis.Client) *map[string
 	}
 	now := r.k.clock.Now()
 	if now.Before(r.nextFetch) {
-		return nil
+		return &knownReads
 	}
 	r.nextFetch = now.Add(time.Second)
 	info, err := cl.Command(ctx).Result()
 	if err != nil {
-		return nil
+		if r.command.refusedBy(r.k, r.commandQ, cl.Options().Addr, err) {
+			r.reads.Store(&knownReads)
+		}
+		return &knownReads
 	}
 	m := make(map[string]bool)
 	for name, ci := range info {
@@ -322,6 +345,45 @@ func (r *replicas) fetchReads(ctx context.Context, cl *redis.Client) *map[string
 	}
 	r.reads.Store(&m)
 	return &m
+}
+
+// knownReads is what replica routing takes for reads when the servers do
+// not say: the reads of classify_repeat.go, by go-redis's lower-case command
+// name. As in COMMAND's own table, a command with subcommands (MEMORY,
+// OBJECT, XINFO) is no read as a whole. A read of a later Redis version
+// that the table does not know goes to the master, which is always correct.
+var knownReads = func() map[string]bool {
+	m := make(map[string]bool)
+	for _, name := range append(slices.Clone(readCommands), laterReadCommands...) {
+		if !strings.Contains(name, "|") {
+			m[strings.ToLower(name)] = true
+		}
+	}
+	return m
+}()
+
+// The questions of replica routing, as their refusals are logged.
+var (
+	commandQuestion  = question{"command", "reads are told from writes by redisguard's table of read commands (a read it does not know goes to the master)"}
+	lagQuestion      = question{"info", "a replica's lag cannot be read, so with MaxReplicaStaleness no read goes to a replica"}
+	readonlyQuestion = question{"readonly", "replica connections cannot be made read-only, so no read goes to a replica"}
+)
+
+// commandInfo sends COMMAND, which go-redis's cluster client asks a node to
+// route reads (and fetchReads to tell them), on the node client at addr;
+// next sends it. Once a server has refused it, it is answered with that
+// refusal without being sent: go-redis would otherwise ask again, of up to
+// three nodes, for every command.
+func (r *replicas) commandInfo(ctx context.Context, cmd *redis.CommandsInfoCmd, addr string, next redis.ProcessHook) error {
+	if err := r.commandRefusal.Load(); err != nil {
+		cmd.SetErr(*err)
+		return *err
+	}
+	err := next(ctx, cmd)
+	if r.command.refusedBy(r.k, r.commandQ, addr, err) {
+		r.commandRefusal.CompareAndSwap(nil, &err)
+	}
+	return err
 }
 
 // servedByReplica counts reads replica serves for master, and reports the
@@ -383,13 +445,16 @@ func (r *replicas) readFromReplica() []string {
 }
 
 // pollLag asks the replica at addr how far it lags, on its node client.
+// Once a server has refused the question, no replica's lag is known, and
+// none is asked again.
 func (r *replicas) pollLag(ctx context.Context, addr string) (time.Duration, error) {
 	cl := r.client(addr)
-	if cl == nil {
+	if cl == nil || r.lagInfo.refused() {
 		return 0, errNotServing
 	}
 	info, err := cl.Info(ctx, "replication").Result()
 	if err != nil {
+		r.lagInfo.refusedBy(r.k, lagQuestion, addr, err)
 		return 0, err
 	}
 	return parseReplicationLag(info)

@@ -7,15 +7,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// withReadOnly returns the node clients' OnConnect with
+// withReadOnly returns the OnConnect of the node client at addr with
 // ReadFromMasterPreferred: READONLY, then then. go-redis's ReadOnly, which
 // would send it, stays off there; a replica answers reads only on a
 // connection that has sent it, and any node may be a replica after a
-// failover.
-func withReadOnly(then func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+// failover. A refused READONLY fails no connection, which a master does not
+// need it for: it is not sent again, and no read goes to a replica
+// (replicas.readonly).
+func (r *replicas) withReadOnly(addr string, then func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
-		if err := cn.ReadOnly(ctx).Err(); err != nil {
-			return err
+		if !r.readonly.refused() {
+			if err := cn.ReadOnly(ctx).Err(); err != nil && !r.readonly.refusedBy(r.k, readonlyQuestion, addr, err) {
+				return err
+			}
 		}
 		if then != nil {
 			return then(ctx, cn)
@@ -50,6 +54,9 @@ func (h replicaHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	fb := h.fb
 	routed := r.k.cfg.ReadFrom != ReadFromMasterPreferred // go-redis sends reads to replicas
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ci, ok := cmd.(*redis.CommandsInfoCmd); ok {
+			return r.commandInfo(ctx, ci, self.addr, next)
+		}
 		if routed {
 			if master := r.masterOf(self.addr); master != nil && !own(ctx, cmd) {
 				return h.replicaRead(ctx, cmd, master, next)

@@ -8,11 +8,13 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"strconv"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -316,4 +318,98 @@ func TestReplicaEventKinds(t *testing.T) {
 	assert.Equal(t, "replica-reads-stopped", EventReplicaReadsStopped.String())
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStarted.message())
 	assert.NotEqual(t, EventKind(0).message(), EventReplicaReadsStopped.message())
+}
+
+// knownReads, which stands in for COMMAND where a server refuses it, says
+// of every command a live server knows what its COMMAND says: a read
+// exactly when it is flagged readonly.
+func TestKnownReadsAreTheServersReads(t *testing.T) {
+	srv := redistest.StartServer(t)
+	info, err := srv.Admin().Command(testCtx(t, 10*time.Second)).Result()
+	require.NoError(t, err)
+	reads := 0
+	for name, ci := range info {
+		assert.Equal(t, ci.ReadOnly, knownReads[name], "%s: readonly in COMMAND, and in knownReads", name)
+		if ci.ReadOnly {
+			reads++
+		}
+	}
+	assert.Greater(t, reads, 50, "the server reported too few readonly commands to check")
+	for name := range knownReads {
+		if ci, ok := info[name]; ok {
+			assert.True(t, ci.ReadOnly, "%s is in knownReads but the server does not flag it readonly", name)
+		}
+	}
+}
+
+// COMMAND's refusal is final: knownReads decides from then on, the
+// refusal is logged once, and COMMAND is not asked again however much
+// time passes. A failure that is not a refusal is asked again once a
+// second, knownReads deciding meanwhile.
+func TestReadsAreKnownWithoutCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reply   string
+		refusal bool
+	}{
+		{"refused", "NOPERM this user has no permissions to run the 'command' command", true},
+		{"loading", "LOADING Redis is loading the dataset in memory", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			mr.SetError(tc.reply)
+			clk := clock.NewFake(time.Unix(1000, 0))
+			var l eventLog
+			r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred, Logger: l.logger()}, clk), nil, nil)
+			cl := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = cl.Close() })
+			asked := &commandCounter{name: "command"}
+			cl.AddHook(asked)
+			ctx := testCtx(t, 10*time.Second)
+			get, set := redis.NewStringCmd(ctx, "get", "k"), redis.NewStatusCmd(ctx, "set", "k", "v")
+
+			assert.True(t, r.isRead(ctx, get, cl))
+			assert.False(t, r.isRead(ctx, set, cl))
+			assert.Equal(t, int64(1), asked.n.Load())
+			clk.Advance(999 * time.Millisecond)
+			assert.True(t, r.isRead(ctx, get, cl))
+			assert.Equal(t, int64(1), asked.n.Load(), "asked again within a second")
+			clk.Advance(time.Millisecond)
+			r.isRead(ctx, get, cl)
+			clk.Advance(time.Hour)
+			r.isRead(ctx, get, cl)
+			if tc.refusal {
+				assert.Equal(t, int64(1), asked.n.Load(), "asked again after its refusal")
+				assert.Equal(t, map[string]int{"COMMAND": 1}, refusals(&l))
+				return
+			}
+			assert.Equal(t, int64(3), asked.n.Load(), "not asked again each second")
+			assert.Empty(t, refusals(&l))
+			mr.SetError("")
+			clk.Advance(time.Second)
+			assert.True(t, r.isRead(ctx, get, cl))
+			clk.Advance(time.Hour)
+			r.isRead(ctx, set, cl)
+			assert.Equal(t, int64(4), asked.n.Load(), "asked again once it answered")
+		})
+	}
+}
+
+// commandCounter counts the commands named name a client sends.
+type commandCounter struct {
+	name string
+	n    atomic.Int64
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == c.name {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

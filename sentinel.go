@@ -36,12 +36,13 @@ const (
 // hook to learn the address each connection really goes to, and adds what a
 // breaker in front of that client needs: while the master's breaker is open
 // no command dials, so nothing would ever ask the sentinels again. It asks
-// them itself, and on a new master (confirmed by ROLE) it switches the
-// breaker it applies and closes every connection to the old address, which
-// makes go-redis dial, and so resolve, afresh. That also covers a
-// +switch-master that never arrives because the sentinel go-redis listened
-// to died with the master. A write answered READONLY means the client talks
-// to a demoted master: it triggers the same look-up at once.
+// them itself, and on a new master (which the server confirms, see
+// isMaster) it switches the breaker it applies and closes every connection
+// to the old address, which makes go-redis dial, and so resolve, afresh.
+// That also covers a +switch-master that never arrives because the sentinel
+// go-redis listened to died with the master. A write answered READONLY
+// means the client talks to a demoted master: it triggers the same look-up
+// at once.
 type sentinelMaster struct {
 	name      string
 	sentinels []string // guarded by mu; the configured ones, then those discovered
@@ -50,7 +51,10 @@ type sentinelMaster struct {
 	master, sentinel *redis.Options
 	nodes            func(addr string) *node
 	role             *node // stands for the master while its address is unknown
-	log              *slog.Logger
+	k                *core // the logger, and the passwords a log line must not carry
+	// roleDenial is set once ROLE is refused by a server that cannot answer
+	// a bare HELLO either (see isMaster).
+	roleDenial denial
 
 	cur atomic.Pointer[node] // the master's node; nil until the first dial
 
@@ -71,11 +75,11 @@ type sentinelMaster struct {
 }
 
 func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.Options,
-	nodes func(string) *node, log *slog.Logger) *sentinelMaster {
+	nodes func(string) *node, k *core) *sentinelMaster {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &sentinelMaster{
 		name: name, sentinels: slices.Clone(sentinels), master: master, sentinel: sentinel,
-		nodes: nodes, role: nodes(sentinelNodeName(name)), log: log,
+		nodes: nodes, role: nodes(sentinelNodeName(name)), k: k,
 		ctx: ctx, cancel: cancel,
 		conns: make(map[string]map[*trackedConn]struct{}),
 	}
@@ -118,7 +122,7 @@ func (s *sentinelMaster) use(addr string) {
 		return
 	}
 	s.cur.Store(s.nodes(addr))
-	s.log.Info("redisguard: sentinel master address", slog.String("master", s.name), slog.String("addr", addr))
+	s.k.log.Info("redisguard: sentinel master address", slog.String("master", s.name), slog.String("addr", addr))
 	if old == nil {
 		// One round now, while the sentinels answer, learns the ones the
 		// configuration does not name: the sentinel go-redis listens to
@@ -240,9 +244,9 @@ func (s *sentinelMaster) watch() {
 }
 
 // resolve asks every sentinel at once which address is the master, and
-// switches to the first different answer that confirms it is a master (ROLE),
-// without waiting for the slower sentinels: one that hangs costs the look-up
-// nothing. It reports the address it ends with, or "" if no sentinel
+// switches to the first different answer whose server confirms it is a
+// master (isMaster), without waiting for the slower sentinels: one that
+// hangs costs the look-up nothing. It reports the address it ends with, or "" if no sentinel
 // answered. It returns early once ctx or the client is done.
 func (s *sentinelMaster) resolve(ctx context.Context) string {
 	ctx, stop := mergeCancel(ctx, s.ctx)
@@ -279,7 +283,7 @@ func (s *sentinelMaster) resolve(ctx context.Context) string {
 			return addr
 		}
 		if s.cur.CompareAndSwap(old, s.nodes(addr)) {
-			s.log.Info("redisguard: sentinel master moved", slog.String("master", s.name),
+			s.k.log.Info("redisguard: sentinel master moved", slog.String("master", s.name),
 				slog.String("from", old.addr), slog.String("to", addr))
 			s.drop(old.addr)
 		}
@@ -355,21 +359,46 @@ func (s *sentinelMaster) discover(ctx context.Context, cl *redis.SentinelClient)
 	}
 }
 
-// isMaster reports whether addr answers ROLE as a master.
+// isMaster reports whether addr says it is a master. A sentinel may still
+// name a demoted master (one cut off from the others, or one that has not
+// heard of the promotion yet), and a client that followed it would send its
+// writes to a replica; so a named master is confirmed before any traffic
+// moves. The question is a bare HELLO on a probe connection, which every
+// user may send: ROLE, which says the same, needs @admin, and an
+// application's user is usually denied it. A server that does not know
+// HELLO without arguments (older than Redis 6.2, some proxies) is asked
+// ROLE instead; where ROLE is refused too, the sentinels' answer is taken
+// as it is, and the log says so once (roleDenial).
 func (s *sentinelMaster) isMaster(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
 	defer cancel()
-	cmd, err := probeAddr(ctx, s.master, addr, sentinelQueryTimeout, "role")
-	if err != nil {
-		return false
-	}
-	role, err := cmd.Slice()
-	if err != nil || len(role) == 0 {
-		return false
-	}
-	r, _ := role[0].(string)
-	return r == "master"
+	master := false
+	probeConn(ctx, s.master, addr, sentinelQueryTimeout, func(cl *redis.Client) {
+		hello, err := askHello(ctx, cl.Process)
+		switch {
+		case err == nil && hello.role != "":
+			master = hello.role == "master"
+			return
+		case err != nil && !isRedisReply(err):
+			return // no answer: the connection or its handshake failed
+		case s.roleDenial.refused():
+			master = true
+			return
+		}
+		role, err := cl.Do(ctx, "role").Slice()
+		switch {
+		case s.roleDenial.refusedBy(s.k, roleQuestion, addr, err):
+			master = true
+		case err == nil && len(role) > 0:
+			r, _ := role[0].(string)
+			master = r == "master"
+		}
+	})
+	return master
 }
+
+// roleQuestion is ROLE, as a refusal is logged.
+var roleQuestion = question{"role", "a master the sentinels name is taken as one without asking it"}
 
 // close stops the look-up and waits for its questions. The connections
 // it tracks belong to go-redis's pools, which close them.

@@ -1,13 +1,17 @@
 package redisguard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -185,4 +189,50 @@ func TestSentinelUnknownMasterSaysSo(t *testing.T) {
 		assert.Contains(t, err.Error(), `the sentinels monitor no master named "no-such-master"`)
 		assert.NotErrorIs(t, err, ErrNodeUnavailable)
 	}
+}
+
+// A master the sentinels name is confirmed by the server itself, with a
+// bare HELLO that any user may send: a replica is not taken for the
+// master, and ROLE is never sent. Where a server can answer neither HELLO
+// so nor ROLE (miniredis; a server older than 6.2 whose user is denied
+// ROLE), the sentinels' word is taken, the log says so once, and ROLE is
+// not asked again.
+func TestSentinelMasterIsConfirmedWithoutRole(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rep := redistest.StartReplica(t, srv)
+	setUser(t, "app", appRules, srv, rep)
+	mr := miniredis.RunT(t)
+	var roles atomic.Int64
+	var l eventLog
+	c := newTestClient(t, Config{Mode: ModeSentinel, MasterName: "m", Addrs: []string{"127.0.0.1:1"},
+		Username: "app", Password: appPassword, Logger: l.logger(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return roleCounter{conn, &roles}, nil
+		}})
+	ctx := testCtx(t, 10*time.Second)
+	assert.True(t, c.sentinel.isMaster(ctx, srv.Addr))
+	assert.False(t, c.sentinel.isMaster(ctx, rep.Addr))
+	assert.Zero(t, roles.Load(), "ROLE was sent to a server that answers HELLO")
+	assert.Empty(t, refusals(&l))
+
+	mr.RequireUserAuth("app", appPassword)
+	assert.True(t, c.sentinel.isMaster(ctx, mr.Addr()), "the sentinels' word")
+	assert.True(t, c.sentinel.isMaster(ctx, mr.Addr()))
+	assert.Equal(t, int64(1), roles.Load(), "ROLE was asked again after its refusal")
+	assert.Equal(t, map[string]int{"ROLE": 1}, refusals(&l))
+}
+
+// roleCounter counts the ROLE commands written on a connection.
+type roleCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c roleCounter) Write(p []byte) (int, error) {
+	c.n.Add(int64(bytes.Count(p, []byte("$4\r\nrole\r\n"))))
+	return c.Conn.Write(p)
 }

@@ -6,9 +6,10 @@ import (
 
 // setupError marks a failure to set up a connection: its dial (TLS
 // included), the handshake go-redis runs on a fresh connection (HELLO, AUTH,
-// SELECT, CLIENT SETNAME), or the CLIENT ID a dedicated connection starts
-// with. The command that needed the connection was never written, so it did
-// not run: it is not ErrOutcomeUnknown, however unsafe to repeat.
+// SELECT, CLIENT SETNAME), or the question for its id a dedicated
+// connection starts with. The command that needed the connection was never
+// written, so it did not run: it is not ErrOutcomeUnknown, however unsafe
+// to repeat.
 //
 // A set-up that failed before the server answered anything (the dial, or
 // the HELLO that opens every handshake) also fails the node, even when it
