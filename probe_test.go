@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,4 +147,40 @@ func TestIdleBreakerClosesOnItsProbes(t *testing.T) {
 	assert.InDelta(t, float64(back.Sub(opened)), float64(closed.Duration), float64(500*time.Millisecond),
 		"the closed event's outage is not the node's")
 	assert.Equal(t, "closed", c.Stats().Nodes[0].State)
+}
+
+// A healthy client left idle runs nothing of redisguard's and holds no
+// connection go-redis alone would not: after a burst of traffic (which
+// wakes the hang watch) and a second of quiet, the watch has stopped, no
+// prober runs, and the server lists as many connections for it as for
+// go-redis alone after the same burst.
+func TestHealthyIdleClientAddsNothing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := testCtx(t, 30*time.Second)
+	stock := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: "idle-stock"})
+	t.Cleanup(func() { _ = stock.Close() })
+	base := goleak.IgnoreCurrent()
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}, ClientName: "idle-guard"})
+	for _, cl := range []redis.UniversalClient{stock, c} {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for j := range 50 {
+					assert.NoError(t, cl.Set(ctx, fmt.Sprintf("idle:%d:%d", i, j), j, 0).Err())
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// The watch stops after hangIdleStop of quiet, on its own ticker.
+	require.Eventually(t, func() bool { return !c.nodes.watch.running.Load() }, 10*time.Second, 10*time.Millisecond,
+		"the hang watch kept running on an idle client")
+	assert.NoError(t, goleak.Find(base, goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper")),
+		"an idle client runs goroutines of redisguard's")
+	list, err := srv.Admin().Do(ctx, "client", "list").Text()
+	require.NoError(t, err)
+	stockConns, guardConns := strings.Count(list, "name=idle-stock "), strings.Count(list, "name=idle-guard ")
+	t.Logf("connections after the same burst: go-redis alone %d, redisguard %d", stockConns, guardConns)
+	assert.Positive(t, stockConns)
+	assert.LessOrEqual(t, guardConns, stockConns, "redisguard holds more connections than go-redis alone")
 }

@@ -3,6 +3,8 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -41,10 +43,15 @@ type writeErr struct {
 // startWrites runs workers goroutines writing keys through c until the
 // returned stop is called; stop waits for them.
 func startWrites(name string, c redis.UniversalClient, keys []string) (*writeLog, func()) {
+	return startWriters(name, c, keys, 2)
+}
+
+// startWriters is startWrites with workers goroutines.
+func startWriters(name string, c redis.UniversalClient, keys []string, workers int) (*writeLog, func()) {
 	w := &writeLog{name: name}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range 2 {
+	for i := range workers {
 		wg.Go(func() {
 			for n := 0; ; n++ {
 				select {
@@ -142,6 +149,82 @@ func TestScenarioRestartedServerRecovers(t *testing.T) {
 	assert.Positive(t, st.Probes, "the breaker recovered without a probe")
 	assert.Equal(t, "closed", st.State)
 	t.Logf("redisguard: %d probes, %d failed", st.Probes, st.ProbeFailures)
+}
+
+// A standalone server killed and started again a second later, over and
+// over, with 20 writers on each client and the default Config: the first
+// write after the server accepts connections again, in each run. With a
+// fresh pair of clients each time (services that start between deploys),
+// and with one pair through every restart (a crash loop, which must not
+// look like a flapping node: each restart is found as fast as the first).
+func TestScenarioRestartRecoveryIsNeverBimodal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	srv := redistest.StartServer(t)
+	for _, fresh := range []bool{true, false} {
+		name := map[bool]string{true: "fresh clients each run", false: "one client through every restart"}[fresh]
+		t.Run(name, func(t *testing.T) { restartRuns(t, srv, fresh) })
+	}
+}
+
+func restartRuns(t *testing.T, srv *redistest.Server, fresh bool) {
+	runs := pick(10, 3)
+	keys := []string{"bimodal:a", "bimodal:b", "bimodal:c", "bimodal:d"}
+	var stock *redis.Client
+	var guard *Client
+	clients := func() {
+		stock = redis.NewClient(&redis.Options{Addr: srv.Addr})
+		guard = newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	}
+	clients()
+	rows := [][]string{}
+	var worst time.Duration
+	for run := range runs {
+		if fresh && run > 0 {
+			clients()
+		}
+		sw, stopStock := startWriters("go-redis", stock, keys, 20)
+		gw, stopGuard := startWriters("redisguard", guard, keys, 20)
+		time.Sleep(300 * time.Millisecond)
+		srv.Kill(t)
+		killed := time.Now()
+		time.Sleep(time.Second)
+		accepting := make(chan time.Time, 1)
+		go func() { accepting <- waitAccepting(srv.Addr, 10*time.Second) }()
+		srv.Restart(t)
+		back := <-accepting
+		time.Sleep(1500 * time.Millisecond)
+		stopStock()
+		stopGuard()
+		if fresh || run == runs-1 {
+			_ = stock.Close()
+			require.NoError(t, guard.Close())
+		}
+
+		gr, rg := sw.resumedAfter(killed.Add(100*time.Millisecond), back), gw.resumedAfter(killed.Add(100*time.Millisecond), back)
+		rows = append(rows, []string{strconv.Itoa(run + 1), fmtDur(gr), fmtDur(rg)})
+		require.GreaterOrEqual(t, gr, time.Duration(0), "run %d: go-redis never wrote again", run+1)
+		require.GreaterOrEqual(t, rg, time.Duration(0), "run %d: redisguard never wrote again", run+1)
+		worst = max(worst, rg)
+		assert.LessOrEqual(t, rg, pick(200*time.Millisecond, 700*time.Millisecond), "run %d: redisguard came back too late", run+1)
+		assert.LessOrEqual(t, rg, gr+pick(50*time.Millisecond, 300*time.Millisecond), "run %d: redisguard came back later than go-redis alone", run+1)
+	}
+	table(t, fmt.Sprintf("standalone server killed and restarted 1s later, %d runs, 20 writers each: first write after it accepts connections", runs),
+		[]string{"run", "go-redis", "redisguard"}, rows...)
+	t.Logf("redisguard's slowest run: %v", worst.Round(time.Millisecond))
+}
+
+// waitAccepting returns when addr first accepts a TCP connection, polled
+// every millisecond for at most limit.
+func waitAccepting(addr string, limit time.Duration) time.Time {
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, 50*time.Millisecond); err == nil {
+			_ = c.Close()
+			return time.Now()
+		}
+	}
+	return time.Now()
 }
 
 // A cluster master without a replica hangs for three seconds and resumes.

@@ -23,7 +23,10 @@ type ScheduleSettings struct {
 	Max time.Duration
 	// Stable is how long a node must stay closed for its next opening to
 	// start again from First. A node that opens again sooner is flapping:
-	// each such opening doubles the least delay, up to Max.
+	// each such opening doubles the least delay, up to Max. A node that
+	// came back from refusing connections (a restart) is not: its next
+	// opening starts from First too, as a server restarted again is found
+	// by a restart's cheap probes.
 	// default: Max
 	Stable time.Duration
 	// Jitter returns a number in [0, 1); every delay is scaled by a factor
@@ -51,6 +54,8 @@ type Schedule struct {
 	level    uint      // guarded by mu; doublings of First for the current opening
 	openedAt time.Time // guarded by mu; when the current opening began
 	closedAt time.Time // guarded by mu; when the node last recovered; zero if never
+	refused  bool      // guarded by mu; a probe of the current opening was refused
+	restart  bool      // guarded by mu; the last opening ended with a restart (refused, then answered)
 }
 
 // NewSchedule returns a Schedule configured by s.
@@ -78,12 +83,12 @@ func (s *Schedule) Opened(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.closedAt.IsZero() || now.Sub(s.closedAt) >= s.stable:
+	case s.closedAt.IsZero() || now.Sub(s.closedAt) >= s.stable || s.restart:
 		s.level = 0
 	case s.least() < s.max:
 		s.level++
 	}
-	s.openedAt = now
+	s.openedAt, s.refused, s.restart = now, false, false
 	return s.spread(s.least())
 }
 
@@ -97,6 +102,7 @@ func (s *Schedule) Next(now time.Time, refused bool) time.Duration {
 	part := time.Duration(4)
 	if refused {
 		part = 16
+		s.refused = true
 	}
 	d := min(max(now.Sub(s.openedAt)/part, s.least()), s.max)
 	return s.spread(d)
@@ -105,7 +111,7 @@ func (s *Schedule) Next(now time.Time, refused bool) time.Duration {
 // Recovered records that the node's breaker closed at now.
 func (s *Schedule) Recovered(now time.Time) {
 	s.mu.Lock()
-	s.closedAt = now
+	s.closedAt, s.restart = now, s.refused
 	s.mu.Unlock()
 }
 

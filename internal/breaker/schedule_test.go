@@ -99,6 +99,32 @@ func TestScheduleFlappingNodeWaitsLonger(t *testing.T) {
 	}
 }
 
+// A server that restarts again and again (a crash loop, a rolling deploy)
+// refuses connections through each outage: it is found by the refused
+// probes' quick cadence every time, and its openings never escalate.
+func TestScheduleRestartsAreNotFlapping(t *testing.T) {
+	s := breaker.NewSchedule(breaker.ScheduleSettings{
+		First: 100 * time.Millisecond, Max: 2 * time.Second, Stable: 10 * time.Second, Jitter: noJitter,
+	})
+	now := epoch
+	for i := range 6 {
+		if got := s.Opened(now); got != 100*time.Millisecond {
+			t.Fatalf("restart %d: first delay %v, want 100ms", i+1, got)
+		}
+		s.Next(now.Add(100*time.Millisecond), true) // refused: nothing listens
+		now = now.Add(time.Second)
+		s.Recovered(now)
+		now = now.Add(2 * time.Second)
+	}
+	// An opening without a refusal, soon after, is flapping again.
+	s.Opened(now)
+	s.Next(now.Add(100*time.Millisecond), false)
+	s.Recovered(now.Add(time.Second))
+	if got := s.Opened(now.Add(2 * time.Second)); got != 200*time.Millisecond {
+		t.Fatalf("after an outage without refusals: first delay %v, want 200ms", got)
+	}
+}
+
 func TestScheduleDefaults(t *testing.T) {
 	s := breaker.NewSchedule(breaker.ScheduleSettings{First: time.Second, Max: time.Millisecond, Jitter: noJitter})
 	if got := s.Opened(epoch); got != time.Second {
