@@ -21,7 +21,7 @@ import (
 )
 
 // The chaos soak's workload (chaos_test.go): 100 goroutines and what they
-// record.
+// record. The once-only writers and their check are in chaos_once_test.go.
 
 // chaosWorld is the workload and what it recorded.
 type chaosWorld struct {
@@ -29,6 +29,13 @@ type chaosWorld struct {
 	acl     *Client        // the cluster client of chaosACLUser, denied CLIENT UNBLOCK and CLIENT KILL
 	shardOf []int          // slot -> shard
 	nodeOf  map[string]int // node address -> shard, for errors that name their node
+
+	// auto and aclAuto are c's and acl's autopipeliners, each shared by
+	// the once-only writers on that client.
+	auto, aclAuto *redis.AutoPipeliner
+
+	onceMu sync.Mutex
+	once   []*onceWriter // guarded by onceMu
 
 	faults faultWindows
 
@@ -71,7 +78,7 @@ type chaosWorld struct {
 	subErrs                       atomic.Int64
 }
 
-func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
+func newChaosWorld(t *testing.T, c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
 	nodeOf := map[string]int{}
 	for i := range cl.Masters {
 		nodeOf[cl.Masters[i].Addr] = i
@@ -83,6 +90,11 @@ func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 		pubAt: map[int64]bool{}, recvAt: map[int64]bool{},
 	}
+	var err error
+	w.auto, err = c.AutoPipeline()
+	require.NoError(t, err)
+	w.aclAuto, err = acl.AutoPipeline()
+	require.NoError(t, err)
 	for i := range cl.Masters {
 		for n := 0; ; n++ {
 			if ch := "chaos:schannel:" + strconv.Itoa(n); w.shard(ch) == i {
@@ -98,6 +110,10 @@ func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *
 
 func (w *chaosWorld) shard(key string) int { return w.shardOf[redistest.Slot(key)] }
 
+// keyLossy reports whether a data-losing fault (lossy, by shard) touched
+// key's shard.
+func (w *chaosWorld) keyLossy(key string, lossy map[int]bool) bool { return lossy[w.shard(key)] }
+
 func (w *chaosWorld) ack(key string, v int64) {
 	w.ackMu.Lock()
 	if v > w.acked[key] {
@@ -106,31 +122,33 @@ func (w *chaosWorld) ack(key string, v int64) {
 	w.ackMu.Unlock()
 }
 
-// start launches the 100 goroutines: 68 cluster kv workers (GET/SET,
-// pipelines, transactions, PUBLISH), 10 RPUSH/BLPOP pairs, 10 workers on the
-// proxied standalone server, a subscriber, and Healthy every 200ms. A
-// quarter of the kv workers, half of the pairs and every worker on the
-// proxied server run as chaosACLUser.
+// start launches the 100 goroutines: 60 cluster kv workers (GET/SET,
+// pipelines, transactions, PUBLISH), 8 once-only writers (4 autopipelined,
+// 4 scripted), 10 RPUSH/BLPOP pairs, 10 workers on the proxied standalone
+// server, a subscriber, and Healthy every 200ms. A quarter of the kv
+// workers, half of the once-only writers and of the pairs, and every worker
+// on the proxied server run as chaosACLUser.
 func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
-	const kv, pairs, side = 68, 10, 10
+	const kv, onceAuto, onceScripted, pairs, side = 60, 4, 4, 10, 10
 	spawn := func(id int, fn func(id int, rng *rand.Rand, stop <-chan struct{})) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				if r := recover(); r != nil {
-					w.panics.Add(1)
-					w.mu.Lock()
-					w.sample("panic in worker %d: %v", id, r)
-					w.mu.Unlock()
-				}
-			}()
+			defer w.recoverPanic(id)
 			fn(id, rand.New(rand.NewPCG(uint64(id), 7)), stop)
 		}()
 	}
 	id := 0
 	for range kv {
 		spawn(id, w.kvWorker)
+		id++
+	}
+	for i := range onceAuto + onceScripted {
+		if i < onceAuto {
+			spawn(id, w.onceAutoWriter)
+		} else {
+			spawn(id, w.onceScriptWriter)
+		}
 		id++
 	}
 	for range pairs {
@@ -148,6 +166,16 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 	spawn(id, w.shardSubscriber)
 	id++
 	spawn(id, w.healthChecker)
+}
+
+// recoverPanic counts and samples a panic of worker id's goroutine.
+func (w *chaosWorld) recoverPanic(id int) {
+	if r := recover(); r != nil {
+		w.panics.Add(1)
+		w.mu.Lock()
+		w.sample("panic in worker %d: %v", id, r)
+		w.mu.Unlock()
+	}
 }
 
 // loop calls op until stop, pausing a little between calls so that 100
@@ -536,12 +564,12 @@ func (w *chaosWorld) readBack(t *testing.T, lossy map[int]bool) []string {
 		if got >= want {
 			continue
 		}
-		shard := sideShard
+		shard, faulted := sideShard, lossy[sideShard]
 		if !strings.HasPrefix(key, "side|") {
-			shard = w.shard(key)
+			shard, faulted = w.shard(key), w.keyLossy(key, lossy)
 		}
 		msg := fmt.Sprintf("%s (shard %d): acknowledged %d, read %d", key, shard, want, got)
-		if lossy[shard] {
+		if faulted {
 			w.mu.Lock()
 			w.counts["lost-on-faulted-shard"]++
 			w.mu.Unlock()
