@@ -244,6 +244,7 @@ type chaosReport struct {
 	dups                           []string
 	lost                           []string
 	once                           onceVerdict
+	reshards, asked                int
 	received, published            int64
 	shardReceived, shardPublished  int64
 	healthyTrue, healthyFalse      int64
@@ -348,6 +349,8 @@ func (r chaosReport) String() string {
 	for _, v := range o.samples {
 		b.WriteString("      " + v + "\n")
 	}
+	fmt.Fprintf(&b, "  [%s] slots resharded under load (MIGRATING/IMPORTING, MIGRATE in batches): %d, the importing masters asked %d times (ASKING)\n",
+		passFail(r.reshards > 0 && r.asked > 0), r.reshards, r.asked)
 	fmt.Fprintf(&b, "  [%s] no call outlived its context by more than %v: %d did; worst overrun %v (negative: none reached its deadline); not counted: %d on a node that crashed by itself (%d crashes), %d cancelled BLPOPs that a paused, blackholed or write-paused server held (each within %v)\n",
 		passFail(r.overruns == 0), chaosOverrun, r.overruns, r.worstOverrun.Round(time.Millisecond), r.overrunsCrashed, r.crashes, r.overrunsPaused, unblockGrace+chaosOverrun)
 	fmt.Fprintf(&b, "  [%s] goroutines back to the starting level after Close (goleak): %v\n", passFail(r.leak == nil), errOrNone(r.leak))

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/redistest"
 )
 
 // The once-only writers of the chaos soak (chaos_test.go); their check is
@@ -29,7 +31,8 @@ import (
 //   - and whatever it was told, ran at most once.
 
 // onceGroups is how many hash tags each writer spreads its keys over: a few
-// dozen slots in all, each with a steady stream of new keys.
+// dozen slots in all, each with a steady stream of new keys, which the
+// resharding step migrates.
 const onceGroups = 4
 
 // onceFanout is how many INCRs an autopipelined writer has in flight at
@@ -163,6 +166,17 @@ func (w *chaosWorld) onceScriptWriter(id int, rng *rand.Rand, stop <-chan struct
 		o.told[n] = toldOf(err, v)
 		w.record(o.kind, w.shard(key), t0, dl, err)
 	})
+}
+
+// onceSlots are the slots of every once-only writer's key groups.
+func onceSlots(writers []int) []int {
+	var slots []int
+	for _, id := range writers {
+		for g := range onceGroups {
+			slots = append(slots, redistest.Slot(onceTag(id, g)))
+		}
+	}
+	return slots
 }
 
 // What each error of the documented set tells the caller of an unsafe

@@ -24,7 +24,8 @@ import (
 
 // The chaos soak: a real 3+3 cluster and a standalone server behind the
 // in-process fault proxy, a mixed workload from 100 goroutines, and a fault
-// schedule in a seeded random order. At the end it checks, and prints, the invariants: every error is from the
+// schedule in a seeded random order, a resharding step among the faults. At
+// the end it checks, and prints, the invariants: every error is from the
 // documented set, no acknowledged value is lost where no fault could lose
 // it, no queue item is popped twice, no unsafe command (autopipelined or
 // scripted) runs twice or otherwise than its caller was told, no call
@@ -194,7 +195,7 @@ func TestChaos(t *testing.T) {
 	r.seed, r.faultFor, r.faultTook, r.closeTook = seed, faultFor, faultTook, closeTook
 	r.faults = sched.log
 	r.lost, r.left = lost, left
-	r.once = once
+	r.once, r.reshards, r.asked = once, sched.reshards, sched.asked
 	r.warmHeap, r.endHeap = warmHeap, endHeap
 	r.leak, r.conns = leakErr, conns
 	t.Log(r.String())
@@ -209,6 +210,8 @@ func TestChaos(t *testing.T) {
 	assert.Zero(t, once.lost, "once-only ops told they ran, never run on a shard no data-losing fault touched: %v", once.samples)
 	assert.Zero(t, once.ranUntold, "once-only ops told they did not run, and ran: %v", once.samples)
 	assert.Zero(t, once.unanswered, "once-only ops never answered")
+	assert.NotZero(t, r.reshards, "no slot was resharded")
+	assert.NotZero(t, r.asked, "the resharding steps sent no client ASK")
 	assert.Zero(t, r.overruns, "calls outlived their context by more than %v (worst %v)", chaosOverrun, r.worstOverrun)
 	assert.Zero(t, r.crashes, "a redis-server crashed by itself during the run (see the fault log)")
 	assert.NoError(t, leakErr, "goroutines left after Close")

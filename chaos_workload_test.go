@@ -27,15 +27,21 @@ import (
 type chaosWorld struct {
 	c, side *Client
 	acl     *Client        // the cluster client of chaosACLUser, denied CLIENT UNBLOCK and CLIENT KILL
-	shardOf []int          // slot -> shard
 	nodeOf  map[string]int // node address -> shard, for errors that name their node
 
 	// auto and aclAuto are c's and acl's autopipeliners, each shared by
 	// the once-only writers on that client.
 	auto, aclAuto *redis.AutoPipeliner
 
-	onceMu sync.Mutex
-	once   []*onceWriter // guarded by onceMu
+	// shardOf maps each slot to its shard now: a snapshot, replaced whole
+	// when the resharding step moves a slot (moveSlot).
+	shardOf atomic.Pointer[[]int]
+	homesMu sync.Mutex
+	homes   map[int][]int // guarded by homesMu: the shards a moved slot lived on before
+
+	onceMu    sync.Mutex
+	once      []*onceWriter // guarded by onceMu
+	onceSlots []int         // the slots of the once-only writers' keys, which the resharding step moves
 
 	faults faultWindows
 
@@ -85,11 +91,12 @@ func newChaosWorld(t *testing.T, c, acl, side *Client, cl *redistest.Cluster, sh
 		nodeOf[cl.Replicas[i].Addr] = i
 	}
 	w := &chaosWorld{
-		c: c, acl: acl, side: side, shardOf: shardOf, nodeOf: nodeOf,
+		c: c, acl: acl, side: side, nodeOf: nodeOf, homes: map[int][]int{},
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 		pubAt: map[int64]bool{}, recvAt: map[int64]bool{},
 	}
+	w.shardOf.Store(&shardOf)
 	var err error
 	w.auto, err = c.AutoPipeline()
 	require.NoError(t, err)
@@ -108,11 +115,32 @@ func newChaosWorld(t *testing.T, c, acl, side *Client, cl *redistest.Cluster, sh
 	return w
 }
 
-func (w *chaosWorld) shard(key string) int { return w.shardOf[redistest.Slot(key)] }
+func (w *chaosWorld) shard(key string) int { return w.slotShard(redistest.Slot(key)) }
 
-// keyLossy reports whether a data-losing fault (lossy, by shard) touched
-// key's shard.
-func (w *chaosWorld) keyLossy(key string, lossy map[int]bool) bool { return lossy[w.shard(key)] }
+func (w *chaosWorld) slotShard(slot int) int { return (*w.shardOf.Load())[slot] }
+
+// moveSlot records that slot now lives on shard to.
+func (w *chaosWorld) moveSlot(slot, to int) {
+	cur := *w.shardOf.Load()
+	w.homesMu.Lock()
+	w.homes[slot] = append(w.homes[slot], cur[slot])
+	w.homesMu.Unlock()
+	next := slices.Clone(cur)
+	next[slot] = to
+	w.shardOf.Store(&next)
+}
+
+// keyLossy reports whether a data-losing fault (lossy, by shard) touched a
+// shard key lives on or lived on before a resharding step moved its slot.
+func (w *chaosWorld) keyLossy(key string, lossy map[int]bool) bool {
+	slot := redistest.Slot(key)
+	if lossy[w.slotShard(slot)] {
+		return true
+	}
+	w.homesMu.Lock()
+	defer w.homesMu.Unlock()
+	return slices.ContainsFunc(w.homes[slot], func(s int) bool { return lossy[s] })
+}
 
 func (w *chaosWorld) ack(key string, v int64) {
 	w.ackMu.Lock()
@@ -143,14 +171,17 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 		spawn(id, w.kvWorker)
 		id++
 	}
+	var writers []int
 	for i := range onceAuto + onceScripted {
 		if i < onceAuto {
 			spawn(id, w.onceAutoWriter)
 		} else {
 			spawn(id, w.onceScriptWriter)
 		}
+		writers = append(writers, id)
 		id++
 	}
+	w.onceSlots = onceSlots(writers)
 	for range pairs {
 		spawn(id, w.pusher)
 		id++
