@@ -17,11 +17,12 @@ import (
 )
 
 // The once-only writers of the chaos soak (chaos_test.go); their check is
-// in chaos_once_verdict_test.go. Every operation of a once-only writer is unsafe to repeat and has an id of
-// its own: it increments a key no other operation touches, through an
-// autopipeliner or inside a Lua script. The writer records what the caller
-// was told; at the end the keys' values on the servers say how often each
-// operation ran, and onceVerdict holds the two against each other:
+// in chaos_once_verdict_test.go. Every operation of a once-only writer is
+// unsafe to repeat and has an id of its own: it increments a key no other
+// operation touches, through an autopipeliner or inside a Lua script. The
+// writer records what the caller was told; at the end the keys' values on
+// the servers say how often each operation ran, and onceVerdict holds the
+// two against each other:
 //   - told it ran: ran exactly once (unless a data-losing fault may have
 //     dropped the write with its shard's master);
 //   - told the outcome is unknown (ErrOutcomeUnknown, the caller's context):
