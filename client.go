@@ -327,13 +327,15 @@ func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.P
 
 // failedBatch is batchDone for a batch that failed: its commands refused
 // with a reply that says the server cannot serve them now are ridden out
-// (rideOut.batch), and what remains is translated. In Cluster mode they are
-// whatever failed first, unless the caller's context has ended; a single
-// node's when its error is a reply (see batchDone).
+// (rideOut.batch), and what remains is translated. In Cluster mode every
+// failed batch is searched for them, whatever failed first and after the
+// caller's context has ended too (rideOut then types them at once), so that
+// none reaches the caller raw; a single node's batch when its error is a
+// reply (see batchDone).
 //
 //go:noinline
 func (c *Client) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
-	refusalsShow := err == redis.Nil || isRedisReply(err) || c.topo != nil && contextDone(ctx) == nil
+	refusalsShow := c.topo != nil || err == redis.Nil || isRedisReply(err)
 	if refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
 		err = c.ride.batch(ctx, cmds, next, err)
 	}
