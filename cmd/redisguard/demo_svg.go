@@ -155,10 +155,10 @@ func (c chart) writeSVG(w io.Writer) error {
 }
 
 // eventMarks draws redisguard's breaker transitions as dotted verticals
-// across the calls panel, labelled above it. Labels that would collide
-// with the previous one move up a line.
+// across the calls panel, labelled above it (see placeMarks).
 func (c chart) eventMarks(b *bytes.Buffer, x func(float64) float64, end float64) {
-	lastX, row := -1e9, 0
+	var xs []float64
+	var labels []string
 	for _, e := range c.events {
 		var label string
 		switch e.Kind {
@@ -175,18 +175,82 @@ func (c chart) eventMarks(b *bytes.Buffer, x func(float64) float64, end float64)
 		if at < 0 || at > end {
 			continue
 		}
-		ex := x(at)
-		if ex-lastX < 7*float64(len(label)) {
-			row = (row + 1) % 2
-		} else {
-			row = 0
-		}
-		lastX = ex
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
-			ex, rateTop-4-12*row, ex, rateBot, colorGuard)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="%d" fill="%s" text-anchor="middle">%s</text>`+"\n",
-			ex, rateTop-7-12*row, eventLabelFontSize, colorGuard, label)
+		xs, labels = append(xs, x(at)), append(labels, label)
 	}
+	marks := placeMarks(xs, labels)
+	for _, m := range marks {
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
+			m.x, m.baseline()+3, m.x, rateBot, colorGuard)
+	}
+	// Labels go over every line, with a white halo, so that a line from
+	// an upper row passing behind a lower label does not strike it out.
+	for _, m := range marks {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="%d" fill="%s" text-anchor="middle" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`+"\n",
+			m.x, m.baseline(), eventLabelFontSize, colorGuard, esc(m.label))
+	}
+}
+
+// Layout of the event labels above the calls panel.
+const (
+	labelRows    = 3   // rows of labels, the lowest just above the panel
+	labelRowH    = 12  // distance between rows
+	labelGap     = 6   // least room between two labels on a row
+	labelMerge   = 4.0 // events closer than this share one mark and label
+	labelCharW   = 6.4 // width of a character at eventLabelFontSize, a little over DejaVu Sans's
+	labelPadding = 7   // from the lowest row's baseline to the panel's top
+)
+
+// mark is one labelled vertical: the events at x, and the row (0 the lowest)
+// its label is on.
+type mark struct {
+	x     float64
+	label string
+	row   int
+}
+
+func (m mark) baseline() float64 { return float64(rateTop - labelPadding - labelRowH*m.row) }
+
+// width is the label's estimated width on the page.
+func (m mark) width() float64 { return labelCharW * float64(len([]rune(m.label))) }
+
+// placeMarks turns events at xs (in time order) into marks: events within
+// labelMerge of the mark before share it ("half-open, closed": a probe
+// answered and the first command after it usually come milliseconds
+// apart), and each label goes on the lowest row where it keeps labelGap
+// from the labels already there, or, when every row is taken, on the row
+// whose last label ends furthest left.
+func placeMarks(xs []float64, labels []string) []mark {
+	var marks []mark
+	for i, x := range xs {
+		if n := len(marks); n > 0 && x-marks[n-1].x < labelMerge {
+			if !strings.HasSuffix(marks[n-1].label, labels[i]) {
+				marks[n-1].label += ", " + labels[i]
+			}
+			continue
+		}
+		marks = append(marks, mark{x: x, label: labels[i]})
+	}
+	var rowEnd [labelRows]float64
+	for r := range rowEnd {
+		rowEnd[r] = math.Inf(-1)
+	}
+	for i := range marks {
+		m := &marks[i]
+		left := m.x - m.width()/2
+		best := 0
+		for r := range rowEnd {
+			if rowEnd[r]+labelGap <= left {
+				best = r
+				break
+			}
+			if rowEnd[r] < rowEnd[best] {
+				best = r
+			}
+		}
+		m.row = best
+		rowEnd[best] = m.x + m.width()/2
+	}
+	return marks
 }
 
 func gridLine(b *bytes.Buffer, y float64, label string) {

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -350,6 +351,41 @@ func TestSummarize(t *testing.T) {
 	}
 	assert.NotContains(t, v, "healthy masters", "a standalone run has no healthy masters to speak of")
 	assert.Contains(t, verdict("master paused", 3*time.Second, workers, true, s, g), "healthy masters")
+}
+
+// Breaker labels never print over each other: events a moment apart share
+// one label, and labels close enough to touch go on different rows.
+func TestPlaceMarks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		xs     []float64
+		labels []string
+		marks  int
+	}{
+		{"one", []float64{300}, []string{"opened"}, 1},
+		{"half-open and closed a millisecond apart", []float64{665, 665.6}, []string{"half-open", "closed"}, 1},
+		{"half-open and closed 200ms apart", []float64{665, 678}, []string{"half-open", "closed"}, 2},
+		{"far apart", []float64{300, 665, 665.5}, []string{"opened", "half-open", "closed"}, 2},
+		{"a flap", []float64{300, 320, 340, 360}, []string{"opened", "half-open", "opened", "half-open"}, 4},
+		{"a flap within a few pixels", []float64{300, 305, 310}, []string{"opened", "half-open", "closed"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marks := placeMarks(tc.xs, tc.labels)
+			require.Len(t, marks, tc.marks)
+			for i, a := range marks {
+				assert.GreaterOrEqual(t, a.row, 0)
+				assert.Less(t, a.row, labelRows)
+				for _, b := range marks[i+1:] {
+					if a.row != b.row {
+						continue
+					}
+					apart := math.Abs(a.x-b.x) - (a.width()+b.width())/2
+					assert.GreaterOrEqual(t, apart, float64(labelGap), "%q at %.0f and %q at %.0f overlap on row %d", a.label, a.x, b.label, b.x, a.row)
+				}
+			}
+		})
+	}
+	assert.Equal(t, "half-open, closed", placeMarks([]float64{665, 665.6}, []string{"half-open", "closed"})[0].label)
 }
 
 func TestWrap(t *testing.T) {
