@@ -13,16 +13,22 @@ import (
 	"github.com/redisguard/redisguard"
 )
 
-// chart is what the SVG shows: calls per second for each client, split into
-// answered and failed, and how many callers were stuck, over time, with the fault window shaded and redisguard's breaker events marked.
+// chart is what the SVG shows: calls per second for each side, split into
+// served (ok) and failed, and how many callers were stuck, over time, with
+// the fault window shaded and redisguard's breaker events marked.
 type chart struct {
 	title, subtitle string
 	fault           string // label of the shaded window
 	tl              timeline
 	workers         int
 	series          [2]chartSeries // go-redis, redisguard
-	start           time.Time      // when the run started: event times are relative to it
-	events          []redisguard.Event
+	// healthyRate is the rate at which the healthy nodes' keys were served
+	// before the fault, drawn across the fault window as the level a side
+	// that kept serving them would hold; 0 draws nothing.
+	healthyRate  float64
+	healthyLabel string
+	start        time.Time // when the run started: event times are relative to it
+	events       []redisguard.Event
 }
 
 type chartSeries struct {
@@ -37,8 +43,8 @@ const (
 	plotL, plotR       = 90, svgW - 40
 	rateTop, rateBot   = 170, 410
 	waitTop, waitBot   = 480, 590
-	legendY            = 80
-	legendRowH         = 20
+	legendY            = 76
+	legendRowH         = 18
 	legendColW         = 230
 	rateBucket         = 5 // ticks per point of the calls/s lines: per-tick counts are noisy
 	eventLabelFontSize = 10
@@ -48,6 +54,9 @@ var (
 	colorStock = "#d1495b" // go-redis
 	colorGuard = "#2e6fba" // redisguard
 )
+
+// healthyStroke draws the level of the healthy nodes' calls before the fault.
+const healthyStroke = `stroke="#888" stroke-width="1.2"`
 
 // writeSVG renders c as a standalone SVG document.
 func (c chart) writeSVG(w io.Writer) error {
@@ -72,13 +81,13 @@ func (c chart) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<text x="%d" y="30" font-size="18" font-weight="bold">%s</text>`+"\n", plotL, esc(c.title))
 	fmt.Fprintf(&b, `<text x="%d" y="52" font-size="13" fill="#555">%s</text>`+"\n", plotL, esc(c.subtitle))
 
-	// Legend: one row per client; colour is the client, dash the outcome.
+	// Legend: one row per side; colour is the side, dash the outcome.
 	for i, s := range c.series {
 		y := float64(legendY + i*legendRowH)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold" fill="%s">%s</text>`+"\n", plotL, y+4, s.color, esc(s.name))
 		for j, failed := range []bool{false, true} {
 			lx := float64(plotL + 150 + j*legendColW)
-			label := "calls answered / s"
+			label := "calls ok / s"
 			if failed {
 				label = "calls failed / s"
 			}
@@ -93,6 +102,11 @@ func (c chart) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
 		lx+15, legendY+legendRowH-7, lx+15, legendY+legendRowH+7, colorGuard)
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d">redisguard breaker event</text>`+"\n", lx+38, legendY+legendRowH+4)
+	if c.healthyRate > 0 {
+		lx, y := float64(plotL+150), legendY+2*legendRowH
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" %s/>`+"\n", lx, y, lx+30, y, healthyStroke)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", lx+38, y+4, esc(c.healthyLabel))
+	}
 
 	// The fault window goes first, so everything else is drawn over it.
 	x0, x1 := x(c.tl.faultAt.Seconds()), x(c.tl.healAt.Seconds())
@@ -107,6 +121,10 @@ func (c chart) writeSVG(w io.Writer) error {
 		gridLine(&b, yRate(v), groupThousands(v))
 	}
 	fmt.Fprintf(&b, `<text transform="translate(28 %d) rotate(-90)" text-anchor="middle">calls / s</text>`+"\n", (rateTop+rateBot)/2)
+	if c.healthyRate > 0 {
+		y := yRate(c.healthyRate)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" %s/>`+"\n", x0, y, x1, y, healthyStroke)
+	}
 	for _, s := range c.series {
 		pts := rates(s.ticks)
 		for _, failed := range []bool{false, true} {
@@ -129,7 +147,7 @@ func (c chart) writeSVG(w io.Writer) error {
 	xTicks(&b, rateBot, end, x, false)
 
 	// Waiting-callers panel.
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" font-weight="bold">Callers stuck: in a Redis call for over %s (average, of %d per client)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" font-weight="bold">Callers stuck: in a Redis call for over %s (average, of %d per side)</text>`+"\n",
 		plotL, waitTop-12, fmtLat(stuckAfter), c.workers)
 	for _, v := range []int{0, c.workers / 2, c.workers} {
 		gridLine(&b, yWait(float64(v)), strconv.Itoa(v))
