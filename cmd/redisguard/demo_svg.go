@@ -70,7 +70,7 @@ func (c chart) writeSVG(w io.Writer) error {
 			maxRate = max(maxRate, p.ok, p.failed)
 		}
 	}
-	rateStep := niceStep(maxRate / 5)
+	rateStep := max(niceStep(maxRate/5), 1) // whole calls: the labels are rounded
 	rateMax := rateStep * math.Ceil(maxRate/rateStep)
 	yRate := func(v float64) float64 { return rateBot - (rateBot-rateTop)*v/rateMax }
 	yWait := func(v float64) float64 { return waitBot - (waitBot-waitTop)*v/float64(max(c.workers, 1)) }
@@ -197,12 +197,19 @@ func (c chart) eventMarks(b *bytes.Buffer, x func(float64) float64, end float64)
 	}
 	marks := placeMarks(xs, labels)
 	for _, m := range marks {
+		top := float64(rateTop)
+		if m.row >= 0 {
+			top = m.baseline() + 3
+		}
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
-			m.x, m.baseline()+3, m.x, rateBot, colorGuard)
+			m.x, top, m.x, rateBot, colorGuard)
 	}
 	// Labels go over every line, with a white halo, so that a line from
 	// an upper row passing behind a lower label does not strike it out.
 	for _, m := range marks {
+		if m.row < 0 {
+			continue
+		}
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="%d" fill="%s" text-anchor="middle" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`+"\n",
 			m.x, m.baseline(), eventLabelFontSize, colorGuard, esc(m.label))
 	}
@@ -218,8 +225,8 @@ const (
 	labelPadding = 7   // from the lowest row's baseline to the panel's top
 )
 
-// mark is one labelled vertical: the events at x, and the row (0 the lowest)
-// its label is on.
+// mark is one vertical: the events at x, and the row (0 the lowest) its
+// label is on, or -1 for none.
 type mark struct {
 	x     float64
 	label string
@@ -235,8 +242,9 @@ func (m mark) width() float64 { return labelCharW * float64(len([]rune(m.label))
 // labelMerge of the mark before share it ("half-open, closed": a probe
 // answered and the first command after it usually come milliseconds
 // apart), and each label goes on the lowest row where it keeps labelGap
-// from the labels already there, or, when every row is taken, on the row
-// whose last label ends furthest left.
+// from the labels already there. When every row is taken there, the mark
+// has no label: a bare line says less, but a label printed over another
+// says nothing.
 func placeMarks(xs []float64, labels []string) []mark {
 	var marks []mark
 	for i, x := range xs {
@@ -254,19 +262,14 @@ func placeMarks(xs []float64, labels []string) []mark {
 	}
 	for i := range marks {
 		m := &marks[i]
-		left := m.x - m.width()/2
-		best := 0
+		m.row = -1
 		for r := range rowEnd {
-			if rowEnd[r]+labelGap <= left {
-				best = r
+			if rowEnd[r]+labelGap <= m.x-m.width()/2 {
+				m.row = r
+				rowEnd[r] = m.x + m.width()/2
 				break
 			}
-			if rowEnd[r] < rowEnd[best] {
-				best = r
-			}
 		}
-		m.row = best
-		rowEnd[best] = m.x + m.width()/2
 	}
 	return marks
 }

@@ -417,26 +417,33 @@ func TestSummarize(t *testing.T) {
 }
 
 // Breaker labels never print over each other: events a moment apart share
-// one label, and labels close enough to touch go on different rows.
+// one label, labels close enough to touch go on different rows, and when
+// the rows are full a line goes without one.
 func TestPlaceMarks(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		xs     []float64
 		labels []string
 		marks  int
+		bare   int // marks without a label
 	}{
-		{"one", []float64{300}, []string{"opened"}, 1},
-		{"half-open and closed a millisecond apart", []float64{665, 665.6}, []string{"half-open", "closed"}, 1},
-		{"half-open and closed 200ms apart", []float64{665, 678}, []string{"half-open", "closed"}, 2},
-		{"far apart", []float64{300, 665, 665.5}, []string{"opened", "half-open", "closed"}, 2},
-		{"a flap", []float64{300, 320, 340, 360}, []string{"opened", "half-open", "opened", "half-open"}, 4},
-		{"a flap within a few pixels", []float64{300, 305, 310}, []string{"opened", "half-open", "closed"}, 3},
+		{"one", []float64{300}, []string{"opened"}, 1, 0},
+		{"half-open and closed a millisecond apart", []float64{665, 665.6}, []string{"half-open", "closed"}, 1, 0},
+		{"half-open and closed 200ms apart", []float64{665, 678}, []string{"half-open", "closed"}, 2, 0},
+		{"far apart", []float64{300, 665, 665.5}, []string{"opened", "half-open", "closed"}, 2, 0},
+		{"a flap", []float64{300, 320, 340, 360}, []string{"opened", "half-open", "opened", "half-open"}, 4, 0},
+		{"a flap within a few pixels", []float64{300, 305, 310}, []string{"opened", "half-open", "closed"}, 3, 0},
+		{"more than the rows hold", []float64{665, 677, 693, 703, 712}, []string{"half-open", "opened", "half-open", "closed", "opened"}, 5, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			marks := placeMarks(tc.xs, tc.labels)
 			require.Len(t, marks, tc.marks)
+			bare := 0
 			for i, a := range marks {
-				assert.GreaterOrEqual(t, a.row, 0)
+				if a.row < 0 {
+					bare++
+					continue
+				}
 				assert.Less(t, a.row, labelRows)
 				for _, b := range marks[i+1:] {
 					if a.row != b.row {
@@ -446,6 +453,7 @@ func TestPlaceMarks(t *testing.T) {
 					assert.GreaterOrEqual(t, apart, float64(labelGap), "%q at %.0f and %q at %.0f overlap on row %d", a.label, a.x, b.label, b.x, a.row)
 				}
 			}
+			assert.Equal(t, tc.bare, bare, "marks without a label")
 		})
 	}
 	assert.Equal(t, "half-open, closed", placeMarks([]float64{665, 665.6}, []string{"half-open", "closed"})[0].label)
