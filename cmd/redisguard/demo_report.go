@@ -223,7 +223,7 @@ func verdict(sc scene, start time.Time, stock, guard summary) string {
 	} else {
 		fmt.Fprintf(&b, ": every call for %s waited out the %s read timeout", sc.sick, fmtSecs(demoTimeout))
 		if stock.longest > 3*demoTimeout/2 {
-			b.WriteString(", some several times over as go-redis retried")
+			b.WriteString(", some more than once as go-redis retried")
 		}
 	}
 	fmt.Fprintf(&b, " (longest call %s), and a caller waiting there served no one else. ", fmtLat(stock.longest))

@@ -414,6 +414,9 @@ func TestSummarize(t *testing.T) {
 	assert.NotContains(t, v, "healthy servers opened")
 	scn.events = nil
 	assert.Contains(t, verdict(scn, start, s, g), "did not open during the fault")
+	assert.NotContains(t, v, "more than once", "no call outlasted one timeout")
+	s.longest = 2 * time.Second
+	assert.Contains(t, verdict(scn, start, s, g), "waited out the 1.0s read timeout, some more than once as go-redis retried")
 }
 
 // Breaker labels never print over each other: events a moment apart share
