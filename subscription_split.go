@@ -9,10 +9,13 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // splitConn is a sharded subscription's connection as go-redis sees it:
@@ -157,44 +160,30 @@ func (c *splitConn) reply(f []byte) ([]byte, error) {
 // handing whole replies to Read.
 func (c *splitConn) read(l *leg) {
 	defer c.wg.Done()
-	chunk := make([]byte, 16<<10)
-	var buf []byte
+	r := resp.NewReader(l, 16<<10)
 	for {
-		n, err := l.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		for len(buf) > 0 {
-			size, ferr := respReplyLen(buf)
-			if ferr != nil {
-				c.legFailed(l, ferr)
-				return
-			}
-			if size == 0 {
-				break
-			}
-			f := buf[:size:size]
-			buf = buf[size:]
-			if l.drop(f) {
-				continue
-			}
-			forward, rerr := c.inspect(l, f)
-			if rerr != nil {
-				c.legFailed(l, rerr)
-				return
-			}
-			if !forward {
-				continue
-			}
-			select {
-			case c.frames <- f:
-			case <-c.done:
-				return
-			}
-		}
-		if len(buf) == 0 {
-			buf = nil
+		f, err := r.Next()
+		if errors.Is(err, resp.ErrMalformed) {
+			err = fmt.Errorf("redisguard: unexpected reply from Redis on a shard subscription: %w", err)
 		}
 		if err != nil {
 			c.legFailed(l, err)
+			return
+		}
+		if l.drop(f) {
+			continue
+		}
+		forward, err := c.inspect(l, f)
+		if err != nil {
+			c.legFailed(l, err)
+			return
+		}
+		if !forward {
+			continue
+		}
+		select {
+		case c.frames <- f:
+		case <-c.done:
 			return
 		}
 	}
@@ -380,7 +369,11 @@ func (l *leg) takeSlot(slot int) []string {
 
 // parseMoved reads a "-MOVED <slot> <addr>" error reply.
 func parseMoved(f []byte) (addr string, slot int, ok bool) {
-	rest, found := bytes.CutPrefix(f, []byte("-MOVED "))
+	typ, text, ok := resp.Simple(f)
+	if !ok || typ != resp.SimpleError {
+		return "", 0, false
+	}
+	rest, found := bytes.CutPrefix(text, []byte("MOVED "))
 	if !found {
 		return "", 0, false
 	}
@@ -388,42 +381,27 @@ func parseMoved(f []byte) (addr string, slot int, ok bool) {
 	if len(fields) != 2 {
 		return "", 0, false
 	}
-	slot, ok = respInt([]byte(fields[0]))
-	return fields[1], slot, ok && slot >= 0
+	slot, err := strconv.Atoi(fields[0])
+	return fields[1], slot, err == nil && slot >= 0
 }
 
 // pubsubReply reads an SSUBSCRIBE or SUNSUBSCRIBE confirmation: an array
 // (RESP2) or push (RESP3) whose first element is the kind, and second the
 // shard channel ("" for an SUNSUBSCRIBE with nothing left).
 func pubsubReply(f []byte) (kind, channel string, ok bool) {
-	if len(f) == 0 || (f[0] != '*' && f[0] != '>') {
+	var head [2][]byte
+	if _, k, ok := resp.Elems(f, head[:]); !ok || k < 2 {
 		return "", "", false
 	}
-	n, rest, ok := parseHeader(f, f[0])
-	if !ok || n < 2 {
-		return "", "", false
-	}
-	kl, rest, ok := parseHeader(rest, '$')
-	if !ok || len(rest) < kl+2 {
-		return "", "", false
-	}
-	switch name := rest[:kl]; {
-	case bytes.EqualFold(name, []byte("ssubscribe")):
+	switch {
+	case bytes.EqualFold(head[0], []byte("ssubscribe")):
 		kind = "ssubscribe"
-	case bytes.EqualFold(name, []byte("sunsubscribe")):
+	case bytes.EqualFold(head[0], []byte("sunsubscribe")):
 		kind = "sunsubscribe"
 	default:
 		return "", "", false
 	}
-	rest = rest[kl+2:]
-	if bytes.HasPrefix(rest, []byte("$-1\r\n")) || bytes.HasPrefix(rest, []byte("_\r\n")) {
-		return kind, "", true
-	}
-	cl, rest, ok := parseHeader(rest, '$')
-	if !ok || len(rest) < cl+2 {
-		return "", "", false
-	}
-	return kind, string(rest[:cl]), true
+	return kind, string(head[1]), true
 }
 
 // drop reports whether f, read on l, is a reply go-redis did not ask for.
@@ -435,17 +413,23 @@ func (l *leg) drop(f []byte) bool {
 		l.skip.Add(-1)
 		return true
 	}
-	if l.pongs.Load() > 0 && (bytes.HasPrefix(f, pongResp2) || bytes.Equal(f, pongResp3)) {
+	if l.pongs.Load() > 0 && isPong(f) {
 		l.pongs.Add(-1)
 		return true
 	}
 	return false
 }
 
-var (
-	pongResp2 = []byte("*2\r\n$4\r\npong\r\n")
-	pongResp3 = []byte("+PONG\r\n")
-)
+// isPong reports whether f answers a PING on a subscribed connection:
+// ["pong", ""] in RESP2, +PONG in RESP3.
+func isPong(f []byte) bool {
+	if typ, text, ok := resp.Simple(f); ok {
+		return typ == resp.SimpleString && string(text) == "PONG"
+	}
+	var head [1][]byte
+	n, k, ok := resp.Elems(f, head[:])
+	return ok && n == 2 && k == 1 && string(head[0]) == "pong"
+}
 
 func (c *splitConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
@@ -470,7 +454,7 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		outs = append(outs, out{l, append([]byte(nil), cmd...)})
 	}
 	for rest := data; len(rest) > 0; {
-		n, err := respReplyLen(rest)
+		n, err := resp.Len(rest)
 		if err != nil {
 			to(c.home, rest) // not RESP: as it is, to the connection go-redis dialed
 			break
@@ -905,82 +889,4 @@ func (c *splitConn) SetWriteDeadline(t time.Time) error {
 		err = errors.Join(err, l.SetWriteDeadline(t))
 	}
 	return err
-}
-
-// respReplyLen returns the length of the first whole RESP2 or RESP3 reply
-// in b, or 0 if b holds only the start of one.
-func respReplyLen(b []byte) (int, error) {
-	pos, want := 0, 1
-	for want > 0 {
-		end := bytes.Index(b[pos:], crlf)
-		if end < 0 {
-			return 0, nil
-		}
-		typ, line := b[pos], b[pos+1:pos+end]
-		pos += end + 2
-		want--
-		switch typ {
-		case '+', '-', ':', ',', '#', '_', '(':
-		case '$', '!', '=': // blob string, blob error, verbatim string
-			n, ok := respInt(line)
-			if !ok {
-				return 0, errBadReply(typ, line)
-			}
-			if n < 0 {
-				continue // null
-			}
-			if len(b)-pos < n+2 {
-				return 0, nil
-			}
-			pos += n + 2
-		case '*', '~', '>', '%', '|': // array, set, push, map, attribute
-			n, ok := respInt(line)
-			if !ok {
-				return 0, errBadReply(typ, line)
-			}
-			switch {
-			case n < 0:
-			case typ == '%':
-				want += 2 * n
-			case typ == '|':
-				want += 2*n + 1 // the reply the attributes are about follows
-			default:
-				want += n
-			}
-		default:
-			return 0, errBadReply(typ, line)
-		}
-	}
-	return pos, nil
-}
-
-var crlf = []byte("\r\n")
-
-func errBadReply(typ byte, line []byte) error {
-	if len(line) > 32 {
-		line = line[:32]
-	}
-	return fmt.Errorf("redisguard: unexpected reply from Redis on a shard subscription: %q", append([]byte{typ}, line...))
-}
-
-// respInt parses a RESP length, which may be -1.
-func respInt(b []byte) (int, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	n := 0
-	for _, d := range b {
-		if d < '0' || d > '9' {
-			return 0, false
-		}
-		n = n*10 + int(d-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }

@@ -17,50 +17,6 @@ import (
 	"github.com/redisguard/redisguard/internal/redistest"
 )
 
-func TestRespReplyLen(t *testing.T) {
-	for _, tt := range []struct {
-		name, in string
-		whole    bool // in is one whole reply; otherwise the start of one
-	}{
-		{"simple", "+OK\r\n", true},
-		{"error", "-ERR no\r\n", true},
-		{"integer", ":12\r\n", true},
-		{"bulk", "$5\r\nhello\r\n", true},
-		{"bulk holding CRLF", "$4\r\na\r\nb\r\n", true},
-		{"null bulk", "$-1\r\n", true},
-		{"null array", "*-1\r\n", true},
-		{"message", "*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
-		{"nested", "*2\r\n*1\r\n:1\r\n$0\r\n\r\n", true},
-		{"push", ">3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
-		{"map", "%1\r\n+a\r\n:1\r\n", true},
-		{"attribute then reply", "|1\r\n+a\r\n:1\r\n+OK\r\n", true},
-		{"resp3 scalars", "*4\r\n_\r\n#t\r\n,1.5\r\n(12\r\n", true},
-		{"verbatim", "=7\r\ntxt:abc\r\n", true},
-		{"cut in a header", "*3\r\n$8\r", false},
-		{"cut in a bulk", "$5\r\nhel", false},
-		{"cut before CRLF", "$5\r\nhello", false},
-		{"cut in an array", "*2\r\n:1\r\n", false},
-		{"empty", "", false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			n, err := respReplyLen([]byte(tt.in))
-			require.NoError(t, err)
-			if !tt.whole {
-				assert.Zero(t, n)
-				return
-			}
-			assert.Equal(t, len(tt.in), n)
-			n, err = respReplyLen([]byte(tt.in + "+next\r\n"))
-			require.NoError(t, err)
-			assert.Equal(t, len(tt.in), n, "a reply followed by another")
-		})
-	}
-	for _, bad := range []string{"?1\r\n", "$x\r\n", "*\r\n", "$99999999999999999999\r\n"} {
-		_, err := respReplyLen([]byte(bad))
-		assert.Error(t, err, "%q", bad)
-	}
-}
-
 // receiveEach publishes on every channel until ps has received a message
 // on each.
 func receiveEach(t *testing.T, ctx context.Context, c *Client, ps *redis.PubSub, channels ...string) {
