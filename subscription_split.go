@@ -60,21 +60,22 @@ type splitConn struct {
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
-	err        error // set before failed is closed
-	failOnce   sync.Once
-	closeOnce  sync.Once
-	readBy     atomic.Int64 // read deadline, unix ns; 0 for none
-	cur        []byte       // the rest of the reply being read; only Read uses it
-	mu         sync.Mutex
-	legs       []*leg                 // guarded by mu; home first
-	handshake  []byte                 // guarded by mu; what go-redis wrote before its first subscribe
-	subscribed bool                   // guarded by mu
-	writeBy    time.Time              // guarded by mu; the write deadline
-	lost       map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
-	waiting    map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
-	retrying   bool                   // guarded by mu; retry is running
-	watching   bool                   // guarded by mu; watchLegs is running
-	partial    []byte                 // guarded by mu; the start of a command go-redis has not finished writing
+	err           error // set before failed is closed
+	failOnce      sync.Once
+	closeOnce     sync.Once
+	readBy        atomic.Int64 // read deadline, unix ns; 0 for none
+	cur           []byte       // the rest of the reply being read; only Read uses it
+	mu            sync.Mutex
+	legs          []*leg                 // guarded by mu; home first
+	handshake     []byte                 // guarded by mu; what go-redis wrote before its first subscribe
+	handshakeCmds int                    // guarded by mu; the commands in handshake
+	subscribed    bool                   // guarded by mu
+	writeBy       time.Time              // guarded by mu; the write deadline
+	lost          map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
+	waiting       map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
+	retrying      bool                   // guarded by mu; retry is running
+	watching      bool                   // guarded by mu; watchLegs is running
+	partial       []byte                 // guarded by mu; the start of a command go-redis has not finished writing
 }
 
 // leg is one node's connection of a splitConn.
@@ -393,15 +394,14 @@ func pubsubReply(f []byte) (kind, channel string, ok bool) {
 	if _, k, ok := resp.Elems(f, head[:]); !ok || k < 2 {
 		return "", "", false
 	}
-	switch {
-	case bytes.EqualFold(head[0], []byte("ssubscribe")):
-		kind = "ssubscribe"
-	case bytes.EqualFold(head[0], []byte("sunsubscribe")):
-		kind = "sunsubscribe"
-	default:
+	switch kind, add := subscribeKind(head[0]); {
+	case kind != shardKind:
 		return "", "", false
+	case add:
+		return "ssubscribe", string(head[1]), true
+	default:
+		return "sunsubscribe", string(head[1]), true
 	}
-	return kind, string(head[1]), true
 }
 
 // drop reports whether f, read on l, is a reply go-redis did not ask for.
@@ -453,10 +453,13 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 		outs = append(outs, out{l, append([]byte(nil), cmd...)})
 	}
+	var buf [8][]byte
+	args := buf[:0]
 	for rest := data; len(rest) > 0; {
-		n, err := resp.Len(rest)
-		if err != nil {
-			to(c.home, rest) // not RESP: as it is, to the connection go-redis dialed
+		var n int
+		var err error
+		if args, n, err = resp.Command(rest, args); err != nil {
+			to(c.home, rest) // not a command: as it is, to the connection go-redis dialed
 			break
 		}
 		if n == 0 {
@@ -465,10 +468,9 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 		cmd := rest[:n]
 		rest = rest[n:]
-		args, _, ok := parseCommand(cmd)
 		kind, add := "", false
-		if ok && len(args) > 0 {
-			kind, add = subscribeKind(strings.ToLower(args[0]))
+		if len(args) > 0 {
+			kind, add = subscribeKind(args[0])
 		}
 		if kind != "" {
 			c.subscribed = true
@@ -476,14 +478,15 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		switch {
 		case !c.subscribed: // the handshake, replayed on every other leg
 			c.handshake = append(c.handshake, cmd...)
+			c.handshakeCmds++
 			to(c.home, cmd)
 		case kind == shardKind && len(args) > 1:
-			groups, err := c.route(args[1:], add)
+			groups, err := c.route(asStrings(args[1:]), add)
 			if err != nil {
 				return 0, err
 			}
 			for _, g := range groups {
-				to(g.l, appendCommand(nil, args[0], g.channels))
+				to(g.l, resp.AppendCommand(nil, string(args[0]), g.channels...))
 			}
 		case kind == shardKind: // SUNSUBSCRIBE from everything
 			clear(c.waiting)
@@ -727,7 +730,7 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	}
 	l := &leg{subscriptionConn: conn}
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-	l.skip.Store(int32(countCommands(c.handshake)))
+	l.skip.Store(int32(c.handshakeCmds))
 	if len(c.handshake) > 0 {
 		if _, err := l.Write(c.handshake); err != nil {
 			_ = l.Close()
@@ -797,26 +800,13 @@ func (c *splitConn) ownDeadline(d time.Duration) time.Time {
 // A leg other than the first that fails is retired. c.mu is held.
 func (c *splitConn) subscribe(l *leg, chans []string) error {
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-	if _, err := l.Write(appendCommand(nil, "ssubscribe", chans)); err != nil {
+	if _, err := l.Write(resp.AppendCommand(nil, "ssubscribe", chans...)); err != nil {
 		if l == c.home {
 			return err
 		}
 		c.retire(l, err)
 	}
 	return nil
-}
-
-// countCommands counts the RESP commands in p.
-func countCommands(p []byte) int {
-	n := 0
-	for len(p) > 0 {
-		_, rest, ok := parseCommand(p)
-		if !ok {
-			break
-		}
-		n, p = n+1, rest
-	}
-	return n
 }
 
 // ownerOf returns the master of slot in the last slot map; "" if there is

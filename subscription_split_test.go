@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // receiveEach publishes on every channel until ps has received a message
@@ -340,11 +341,11 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 		f := newSubscriptionsFixture(t)
 		c, nodes := f.split(t)
 		a := nodes.get(t, "a:1")
-		both := string(appendCommand(nil, "ssubscribe", []string{"s", "t"}))
+		both := string(resp.AppendCommand(nil, "ssubscribe", "s", "t"))
 		write(t, c, both)
-		a.expect(t, string(appendCommand(nil, "ssubscribe", []string{"s"}))+string(appendCommand(nil, "ssubscribe", []string{"t"})))
-		write(t, c, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
-		a.expect(t, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
+		a.expect(t, string(resp.AppendCommand(nil, "ssubscribe", "s"))+string(resp.AppendCommand(nil, "ssubscribe", "t")))
+		write(t, c, string(resp.AppendCommand(nil, "sunsubscribe", "t")))
+		a.expect(t, string(resp.AppendCommand(nil, "sunsubscribe", "t")))
 		a.send(t, sunsubscribedS) // s's slot moved away, before t's reply
 		a.expect(t, ssubscribeS)  // s is subscribed again
 		unsubscribedT := ">3\r\n$12\r\nsunsubscribe\r\n$1\r\nt\r\n:1\r\n"
@@ -376,8 +377,8 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 			_, waiting := c.waiting["s"]
 			return waiting
 		}, 5*time.Second, time.Millisecond, "s does not wait for its unreachable owner")
-		write(t, c, string(appendCommand(nil, "sunsubscribe", nil)))
-		a.expect(t, string(appendCommand(nil, "sunsubscribe", nil)))
+		write(t, c, string(resp.AppendCommand(nil, "sunsubscribe")))
+		a.expect(t, string(resp.AppendCommand(nil, "sunsubscribe")))
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		assert.Empty(t, c.waiting)
