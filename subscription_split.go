@@ -28,7 +28,9 @@ import (
 //     the node the last slot map names for their slot (a leg is dialed on
 //     first use), SUNSUBSCRIBE's to the leg subscribed to them, and the
 //     health check's bare PING to every leg; anything else goes to the first
-//     leg, the one go-redis dialed.
+//     leg, the one go-redis dialed. Each command is read once, here: a leg
+//     is sent its share one command per slot, and its set is told (send,
+//     not subscriptionConn.Write, which would read it again).
 //   - Reads merge the legs' replies, whole replies at a time, in the order
 //     they arrive. Each leg is read by a goroutine of its own, stopped by
 //     Close. The replies go-redis did not ask for are dropped: a new leg's
@@ -486,13 +488,15 @@ func (c *splitConn) Write(p []byte) (int, error) {
 				return 0, err
 			}
 			for _, g := range groups {
-				to(g.l, resp.AppendCommand(nil, string(args[0]), g.channels...))
+				g.l.apply(kind, add, g.channels)
+				to(g.l, appendBySlot(nil, string(args[0]), g.channels))
 			}
 		case kind == shardKind: // SUNSUBSCRIBE from everything
 			clear(c.waiting)
 			clear(c.lost)
 			for _, l := range c.legs {
 				l.expect(nil)
+				l.apply(kind, add, nil)
 				to(l, cmd)
 			}
 		case bytes.Equal(cmd, pingCmd):
@@ -503,11 +507,14 @@ func (c *splitConn) Write(p []byte) (int, error) {
 				to(l, cmd)
 			}
 		default:
+			if kind != "" {
+				c.home.apply(kind, add, asStrings(args[1:]))
+			}
 			to(c.home, cmd)
 		}
 	}
 	for _, o := range outs {
-		if _, err := o.l.Write(o.b); err != nil {
+		if _, err := o.l.send(o.b); err != nil {
 			if o.l == c.home {
 				return 0, err
 			}
@@ -515,6 +522,22 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// apply records a command of kind that l is sent (subscriptionSet.apply).
+func (l *leg) apply(kind string, add bool, names []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.subs.apply(kind, add, names)
+}
+
+// appendBySlot appends the command name of chans to b, one per slot
+// (bySlot).
+func appendBySlot(b []byte, name string, chans []string) []byte {
+	for _, g := range bySlot(chans) {
+		b = resp.AppendCommand(b, name, g...)
+	}
+	return b
 }
 
 // expect records the SUNSUBSCRIBE replies l will send for chans, nil for
@@ -732,7 +755,7 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
 	l.skip.Store(int32(c.handshakeCmds))
 	if len(c.handshake) > 0 {
-		if _, err := l.Write(c.handshake); err != nil {
+		if _, err := l.send(c.handshake); err != nil {
 			_ = l.Close()
 			return nil, err
 		}
@@ -779,7 +802,7 @@ func (c *splitConn) pingQuietLegs() {
 		}
 		l.pongs.Add(1)
 		_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-		if _, err := l.Write(pingCmd); err != nil && l != c.home {
+		if _, err := l.send(pingCmd); err != nil && l != c.home {
 			c.retire(l, err) // the first leg's reader fails the connection
 		}
 	}
@@ -800,7 +823,8 @@ func (c *splitConn) ownDeadline(d time.Duration) time.Time {
 // A leg other than the first that fails is retired. c.mu is held.
 func (c *splitConn) subscribe(l *leg, chans []string) error {
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-	if _, err := l.Write(resp.AppendCommand(nil, "ssubscribe", chans...)); err != nil {
+	l.apply(shardKind, true, chans)
+	if _, err := l.send(appendBySlot(nil, "ssubscribe", chans)); err != nil {
 		if l == c.home {
 			return err
 		}
