@@ -40,7 +40,7 @@ const (
 )
 
 // ErrMalformed is returned, wrapped with the line at fault, for bytes that
-// are not what was asked for: a RESP frame (Len, Reader), a command
+// are not what the call reads: a RESP frame (Len, Reader), a command
 // (Command).
 var ErrMalformed = errors.New("resp: malformed")
 
