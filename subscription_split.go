@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,16 +374,8 @@ func parseMoved(f []byte) (addr string, slot int, ok bool) {
 	if !ok || typ != resp.SimpleError {
 		return "", 0, false
 	}
-	rest, found := bytes.CutPrefix(text, []byte("MOVED "))
-	if !found {
-		return "", 0, false
-	}
-	fields := strings.Fields(string(rest))
-	if len(fields) != 2 {
-		return "", 0, false
-	}
-	slot, err := strconv.Atoi(fields[0])
-	return fields[1], slot, err == nil && slot >= 0
+	kind, slot, addr, ok := parseRedirect(string(text))
+	return addr, slot, ok && kind == "MOVED"
 }
 
 // pubsubReply reads an SSUBSCRIBE or SUNSUBSCRIBE confirmation: an array
