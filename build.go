@@ -263,7 +263,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			if rr != nil && !co.ReadOnly {
-				opt.OnConnect = rr.withReadOnly(opt.Addr, opt.OnConnect)
+				opt.OnConnect = duringSetUp(rr.withReadOnly(opt.Addr, opt.OnConnect))
 			}
 			cl := redis.NewClient(opt)
 			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
@@ -379,7 +379,7 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 
 		Protocol:                     cfg.Protocol,
 		Dialer:                       cfg.Dialer,
-		OnConnect:                    cfg.OnConnect,
+		OnConnect:                    duringSetUp(cfg.OnConnect),
 		CredentialsProvider:          cfg.CredentialsProvider,
 		CredentialsProviderContext:   cfg.CredentialsProviderContext,
 		StreamingCredentialsProvider: cfg.StreamingCredentialsProvider,
