@@ -302,9 +302,10 @@ func TestCheckReportJSON(t *testing.T) {
 	assert.Contains(t, rep.String(), "healthy (standalone, "+srv.Addr+"): ping ")
 }
 
-// A cluster is healthy while the write key's master takes the write; an open
-// breaker on another master makes it degraded (unhealthy only when every
-// shard is required); the write proves only its own slot.
+// A Cluster check writes on every master, a key of that master's slots,
+// and is healthy while any master serves: a master that does not, the write
+// key's own one too, makes it degraded (unhealthy only when every shard is
+// required).
 func TestCheckCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	c := newTestClient(t, Config{
@@ -323,11 +324,27 @@ func TestCheckCluster(t *testing.T) {
 			key := cl.KeyOn(t, m, "redisguard:health:cluster:")
 			rep := c.Check(ctx, CheckOptions{WriteKey: key})
 			assert.True(t, rep.Healthy, "master %d: %v", i, rep)
+			assert.False(t, rep.Degraded, "master %d: %v", i, rep)
 			require.NotNil(t, rep.Write)
 			assert.Equal(t, m.Addr, rep.Write.Node, "the write goes to the key's master")
 			assert.Equal(t, m.Addr, rep.ClusterState.Node, "CLUSTER INFO is read from the node that answered")
 			assert.True(t, rep.ClusterState.OK)
 			assert.True(t, rep.Breakers.OK)
+			assert.Empty(t, rep.MastersDown)
+			require.Len(t, rep.Masters, 3, "every master is checked")
+			for _, r := range rep.Masters {
+				assert.True(t, r.OK, "%+v", r)
+				owner := cl.MasterForSlot(t, redistest.Slot(r.Key))
+				assert.Equal(t, owner.Addr, r.Node, "%s is written on the master of its slot", r.Key)
+				if r.Node == m.Addr {
+					assert.Equal(t, key, r.Key, "the write key itself on its own master")
+				} else {
+					assert.True(t, strings.HasPrefix(r.Key, key+"{"), "%s derives from %s", r.Key, key)
+				}
+				ttl, err := owner.Admin().PTTL(ctx, r.Key).Result()
+				require.NoError(t, err)
+				assert.Greater(t, ttl, time.Duration(0), "%s was written, with an expiry", r.Key)
+			}
 		}
 	})
 
@@ -352,6 +369,8 @@ func TestCheckCluster(t *testing.T) {
 		assert.True(t, rep.Write.OK, "the write to a healthy master succeeds")
 		assert.False(t, rep.Breakers.OK)
 		assert.Contains(t, rep.Breakers.Error, sick.Addr)
+		assert.Equal(t, []string{sick.Addr}, rep.MastersDown)
+		assert.Contains(t, rep.String(), "masters down: "+sick.Addr+" (2 of 3 serve)")
 		assert.LessOrEqual(t, took, hungBound)
 		assert.True(t, c.Healthy(ctx, wellKey))
 
@@ -360,12 +379,19 @@ func TestCheckCluster(t *testing.T) {
 		assert.False(t, rep.Healthy, "%v", rep)
 		assert.False(t, rep.Degraded)
 
-		// The write key on the sick master: unhealthy, at once.
+		// The write key on the sick master: the other masters serve, so
+		// the check is degraded, at once, and says that its own master is
+		// out.
+		sickKey := cl.KeyOn(t, sick, "redisguard:health:cluster:")
 		start = time.Now()
-		rep = c.Check(ctx, CheckOptions{WriteKey: cl.KeyOn(t, sick, "redisguard:health:cluster:")})
-		assert.False(t, rep.Healthy, "%v", rep)
+		rep = c.Check(ctx, CheckOptions{WriteKey: sickKey})
+		assert.True(t, rep.Healthy, "%v", rep)
+		assert.True(t, rep.Degraded, "%v", rep)
 		assert.Contains(t, rep.Ping.Error, "node unavailable")
+		assert.Equal(t, []string{sick.Addr}, rep.MastersDown)
 		assert.LessOrEqual(t, time.Since(start), hungBound)
+		assert.True(t, c.Healthy(ctx, sickKey), "Healthy follows the same rule")
+		assert.False(t, c.Check(ctx, CheckOptions{WriteKey: sickKey, RequireAllShards: true}).Healthy)
 	})
 
 	t.Run("cluster_state fail seen without breakers", func(t *testing.T) {
@@ -386,7 +412,8 @@ func TestCheckCluster(t *testing.T) {
 		assert.False(t, rep.Healthy, "%v", rep)
 		assert.True(t, rep.Breakers.OK, "breakers are off")
 		assert.Equal(t, "cluster_state:fail", rep.ClusterState.Error)
-		assert.True(t, rep.Write.Skipped, "no write into a cluster that is down")
+		assert.Contains(t, rep.Write.Error, "CLUSTERDOWN", "a cluster that is down refuses the write")
+		assert.Len(t, rep.MastersDown, 3, "%v", rep)
 	})
 }
 
