@@ -137,10 +137,24 @@ func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
 // check at most one timeout. Check returns at once on a closed client or a
 // done ctx, and otherwise is bounded by ctx and the client's dial, read and
 // write timeouts.
-func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
+//
+// A ModeAuto Client still waiting for its server's first answer checks as
+// Standalone; when that check's own connection hears that the server is a
+// cluster node, Check runs again as a Cluster check on the Client it
+// became.
+func (c *Client) Check(ctx context.Context, opts CheckOptions) Report {
 	if up := c.current(); up != c {
 		return up.Check(ctx, opts)
 	}
+	rep := c.check(ctx, opts)
+	if up := c.current(); up != c {
+		return up.Check(ctx, opts)
+	}
+	return rep
+}
+
+// check is Check on c itself.
+func (c *Client) check(ctx context.Context, opts CheckOptions) (rep Report) {
 	start := time.Now()
 	rep = Report{Mode: c.cfg.Mode.String(), CheckedAt: c.clock.Now()}
 	defer func() {

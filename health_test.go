@@ -417,6 +417,32 @@ func TestCheckCluster(t *testing.T) {
 	})
 }
 
+// A ModeAuto Client whose one seed did not answer at NewClient runs
+// Standalone until the seed's first answer. A check that hears, on its own
+// connection, that the seed is a cluster node reports as a Cluster check of
+// the Client it became, not as a Standalone check whose write went
+// elsewhere, and quotes no reply it did not get.
+func TestCheckOfAClientThatLearnsItIsACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	seed, other := cl.Masters[0], cl.Masters[1]
+	for _, protocol := range []int{3, 2} {
+		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
+			seed.Pause(t)
+			c := newTestClient(t, Config{Addrs: []string{seed.Addr}, Protocol: protocol})
+			seed.Resume(t)
+			require.Equal(t, ModeStandalone, c.Mode(), "the seed did not answer at NewClient")
+			key := cl.KeyOn(t, other, "redisguard:health:late:")
+			rep := c.Check(testCtx(t, 20*time.Second), CheckOptions{WriteKey: key})
+			t.Logf("%v", rep)
+			assert.True(t, rep.Healthy, "%v", rep)
+			assert.Equal(t, "cluster", rep.Mode)
+			assert.Equal(t, other.Addr, rep.Write.Node, "the write key's master")
+			assert.Len(t, rep.Masters, 3)
+			assert.NotContains(t, rep.String(), `"redisguard:"`)
+		})
+	}
+}
+
 // Sentinel: the check goes to whichever server the sentinels call master.
 func TestCheckSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
