@@ -298,6 +298,11 @@ func (r *Report) skipRest(opts CheckOptions, mode Mode) {
 // String is a one-line summary for terminals and logs, e.g.
 //
 //	healthy (standalone, 10.0.0.5:6379): ping 312µs, write 405µs
+//
+// A Cluster check that reached the masters is summed up by them: how many
+// serve, what each was asked, and each one that does not, with why:
+//
+//	degraded (cluster): 2 of 3 masters serve (ping, cluster_state, write; slowest 405µs); down 10.0.0.6:6379: ping: redisguard: node unavailable (node 10.0.0.6:6379); breaker open for master 10.0.0.6:6379
 //	unhealthy (standalone, 10.0.0.5:6379): ping 298µs, write failed: OOM command not allowed ...
 func (r Report) String() string {
 	steps := []struct {
@@ -305,12 +310,17 @@ func (r Report) String() string {
 		s    *StepResult
 	}{{"ping", r.Ping}, {"cluster_state", r.ClusterState}, {"write", r.Write}, {"breakers", r.Breakers}}
 	var b strings.Builder
-	if r.Degraded {
+	switch {
+	case r.Degraded:
 		b.WriteString("degraded (")
-	} else if r.Healthy {
+	case r.Healthy:
 		b.WriteString("healthy (")
-	} else {
+	default:
 		b.WriteString("unhealthy (")
+	}
+	if r.Masters != nil {
+		r.clusterString(&b)
+		return b.String()
 	}
 	b.WriteString(r.Mode)
 	for _, st := range steps {
@@ -343,11 +353,14 @@ func (r Report) String() string {
 	if first {
 		b.WriteString("nothing checked")
 	}
-	b.WriteString(r.mastersDown())
+	r.writeSlow(&b)
+	return b.String()
+}
+
+func (r Report) writeSlow(b *strings.Builder) {
 	if len(r.Slow) > 0 {
 		b.WriteString("; slow: " + strings.Join(r.Slow, " "))
 	}
-	return b.String()
 }
 
 // infoField returns the value of field in INFO-style "field:value" text.

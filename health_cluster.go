@@ -301,10 +301,35 @@ func (r *Report) clusterVerdict(allShards bool) bool {
 	return serving > 0
 }
 
-// mastersDown says which masters do not serve, for String.
-func (r *Report) mastersDown() string {
-	if len(r.MastersDown) == 0 {
-		return ""
+// clusterString is String's text after the verdict for a Cluster check
+// that reached the masters. A check that is unhealthy while some master
+// serves required every shard: that is the only reason clusterVerdict has.
+func (r Report) clusterString(b *strings.Builder) {
+	serving := len(r.Masters) - len(r.MastersDown)
+	fmt.Fprintf(b, "cluster): %d of %d masters serve", serving, len(r.Masters))
+	var slowest time.Duration
+	for _, m := range r.Masters {
+		if m.OK {
+			slowest = max(slowest, m.Latency)
+		}
 	}
-	return fmt.Sprintf("; masters down: %s (%d of %d serve)", strings.Join(r.MastersDown, " "), len(r.Masters)-len(r.MastersDown), len(r.Masters))
+	if serving > 0 {
+		asked := "ping, cluster_state"
+		if r.Write != nil {
+			asked += ", write"
+		}
+		fmt.Fprintf(b, " (%s; slowest %v)", asked, slowest.Round(time.Microsecond))
+	}
+	if !r.Healthy && serving > 0 {
+		b.WriteString(", and every one is required")
+	}
+	for _, m := range r.Masters {
+		if !m.OK {
+			b.WriteString("; down " + m.Node + ": " + m.Error)
+		}
+	}
+	if r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped {
+		b.WriteString("; " + r.Breakers.Error)
+	}
+	r.writeSlow(b)
 }

@@ -370,7 +370,8 @@ func TestCheckCluster(t *testing.T) {
 		assert.False(t, rep.Breakers.OK)
 		assert.Contains(t, rep.Breakers.Error, sick.Addr)
 		assert.Equal(t, []string{sick.Addr}, rep.MastersDown)
-		assert.Contains(t, rep.String(), "masters down: "+sick.Addr+" (2 of 3 serve)")
+		assert.Contains(t, rep.String(), "degraded (cluster): 2 of 3 masters serve (ping, cluster_state, write; slowest ")
+		assert.Contains(t, rep.String(), "; down "+sick.Addr+": ping: ")
 		assert.LessOrEqual(t, took, hungBound)
 		assert.True(t, c.Healthy(ctx, wellKey))
 
@@ -508,6 +509,47 @@ func TestReportString(t *testing.T) {
 			name: "slow node",
 			rep:  Report{Mode: "cluster", Ping: ok, ClusterState: ok, Breakers: &StepResult{OK: true}, Slow: []string{"10.0.0.7:6379"}},
 			want: "degraded (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, no master breaker open; slow: 10.0.0.7:6379",
+		},
+		{
+			name: "cluster, every master serves",
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Write: ok, Breakers: &StepResult{OK: true},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{OK: true, Node: "10.0.0.6:6379", Latency: 405 * time.Microsecond},
+				}},
+			want: "healthy (cluster): 2 of 2 masters serve (ping, cluster_state, write; slowest 405µs)",
+		},
+		{
+			name: "cluster, one master down",
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Write: ok,
+				Breakers: &StepResult{Error: "breaker open for master 10.0.0.6:6379"},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{Node: "10.0.0.6:6379", Error: "ping: redisguard: node unavailable (node 10.0.0.6:6379)"},
+					{Node: "10.0.0.7:6379", Error: "cluster_state:fail"},
+				},
+				MastersDown: []string{"10.0.0.6:6379", "10.0.0.7:6379"}},
+			want: "degraded (cluster): 1 of 3 masters serve (ping, cluster_state, write; slowest 312µs); " +
+				"down 10.0.0.6:6379: ping: redisguard: node unavailable (node 10.0.0.6:6379); " +
+				"down 10.0.0.7:6379: cluster_state:fail; breaker open for master 10.0.0.6:6379",
+		},
+		{
+			name: "cluster, one master down, every shard required",
+			all:  true,
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Breakers: &StepResult{OK: true},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{Node: "10.0.0.6:6379", Error: "cluster_state:fail"},
+				},
+				MastersDown: []string{"10.0.0.6:6379"}},
+			want: "unhealthy (cluster): 1 of 2 masters serve (ping, cluster_state; slowest 312µs), and every one is required; down 10.0.0.6:6379: cluster_state:fail",
+		},
+		{
+			name: "cluster, no master serves",
+			rep: Report{Mode: "cluster", Ping: &StepResult{Error: "x"}, Breakers: &StepResult{OK: true},
+				Masters:     []*StepResult{{Node: "10.0.0.5:6379", Error: "ping: redisguard: node failed: i/o timeout"}},
+				MastersDown: []string{"10.0.0.5:6379"}},
+			want: "unhealthy (cluster): 0 of 1 masters serve; down 10.0.0.5:6379: ping: redisguard: node failed: i/o timeout",
 		},
 		{
 			name: "skipped steps are left out",
