@@ -87,7 +87,8 @@ type hookable interface {
 //     timeout of its own (the socket caps every read, see socketHook).
 //   - probe and sentinel question: base, or the sentinels' handshake, at
 //     addr, each step bounded by wait, never retried, closed after use; a
-//     probe runs no OnConnect and no client-side cache.
+//     probe runs no OnConnect and no client-side cache. Their dials fail
+//     without a go-redis log line (quietDial).
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
 //
@@ -111,7 +112,7 @@ type hookable interface {
 //	  sharded     cluster client: stepCountHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
 //	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
-//	probe, sentinel question: none
+//	probe, sentinel question: quietDial
 //
 // With Config.ReadFrom the ordinary client routes reads to replicas
 // (replica.go): sentinelReadHook sits between sentinelMaster and nodeGuard
@@ -178,7 +179,9 @@ func newGoRedis(s clientSpec) hookable {
 		opt.ContextTimeoutEnabled = true
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		return redis.NewClient(&opt)
+		cl := redis.NewClient(&opt)
+		cl.AddHook(newQuietDial(cl.Options()))
+		return cl
 	case clientReplica:
 		opt := *s.base
 		opt.Addr, opt.PoolSize = s.addr, s.poolSize
@@ -193,7 +196,9 @@ func newGoRedis(s clientSpec) hookable {
 		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, dialAttempts // two: as a probe
 		opt.DialTimeout = min(opt.DialTimeout, s.wait)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
-		return redis.NewSentinelClient(&opt)
+		cl := redis.NewSentinelClient(&opt)
+		cl.AddHook(newQuietDial(&opt)) // opt as go-redis completed it
+		return cl
 	}
 }
 
