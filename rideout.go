@@ -87,8 +87,8 @@ func notServingError(reply error) error {
 // process sends a command again with send while its reply is one that
 // notServing accepts, err being the first; it returns the last answer, or
 // ErrNotServing once the caller's deadline or r.max leaves no time for
-// another round. A caller whose context is cancelled while it waits gets
-// its context's error.
+// another round, or the deadline passes while it waits. A caller whose
+// context is cancelled while it waits gets its context's error.
 func (r *rideOut) process(ctx context.Context, err error, send func(context.Context) error) error {
 	if !notServing(err) {
 		return err
@@ -110,7 +110,7 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 			case <-r.after(until.Sub(r.now())):
 				return notServingError(err)
 			case <-ctx.Done():
-				return ctx.Err()
+				return waitEnded(ctx, err)
 			}
 			if rd.served {
 				err = send(ctx)
@@ -124,12 +124,23 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 		case <-r.after(wait):
 		case <-ctx.Done():
 			r.end(kind, rd, false)
-			return ctx.Err()
+			return waitEnded(ctx, err)
 		}
 		err = send(ctx)
 		r.end(kind, rd, !notServing(err))
 	}
 	return err
+}
+
+// waitEnded is what a caller whose context ended while it waited to send
+// again is told: ErrNotServing with the last refusal if its deadline
+// passed, as when no time is left for another round, and its context's
+// error if it was cancelled.
+func waitEnded(ctx context.Context, refusal error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return notServingError(refusal)
+	}
+	return ctx.Err()
 }
 
 // join returns the round in progress for kind, or starts one that the

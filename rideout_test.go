@@ -172,3 +172,48 @@ func TestRideOutBatchTypesWhatIsLeft(t *testing.T) {
 	require.ErrorIs(t, get.Err(), ErrNotServing)
 	assert.False(t, isRedisReply(get.Err()))
 }
+
+// passedCtx is a context whose deadline has passed, as the caller's does
+// when it ends during a wait, while its Deadline still leaves the fake
+// clock room for a round.
+type passedCtx struct {
+	context.Context
+	deadline time.Time
+	done     chan struct{}
+}
+
+func (c passedCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c passedCtx) Done() <-chan struct{}       { return c.done }
+func (c passedCtx) Err() error                  { return context.DeadlineExceeded }
+
+// A caller whose deadline passes while it waits for a round, as leader or
+// follower, is told ErrNotServing with the refusal, the same answer as when
+// no time is left for a round; one that is cancelled gets its context's
+// error.
+func TestRideOutDeadlineDuringTheWaitIsTyped(t *testing.T) {
+	r, clk := fakeRideOut(15 * time.Second)
+	never := make(chan time.Time)
+	r.after = func(time.Duration) <-chan time.Time { return never }
+	done := make(chan struct{})
+	close(done)
+	passed := passedCtx{Context: context.Background(), deadline: clk.Now().Add(time.Minute), done: done}
+
+	sent := 0
+	send := func(context.Context) error { sent++; return nil }
+	err := r.process(passed, clusterDown, send)
+	require.ErrorIs(t, err, ErrNotServing, "leader")
+	assert.Contains(t, err.Error(), "CLUSTERDOWN")
+
+	rd, leader := r.join(refusalKind(clusterDown)) // another caller leads the round
+	require.True(t, leader)
+	err = r.process(passed, clusterDown, send)
+	require.ErrorIs(t, err, ErrNotServing, "follower")
+	r.end(refusalKind(clusterDown), rd, false)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = r.process(cancelled, clusterDown, send)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNotServing)
+	assert.Zero(t, sent, "a command was sent after its caller's context ended")
+}
