@@ -100,8 +100,7 @@ func guardConfig(opt *redis.Options) (redisguard.Config, error) {
 }
 
 func guardClusterConfig(opt *redis.ClusterOptions) (redisguard.Config, error) {
-	if err := unported(opt, "NewClient", "ClusterSlots", "DialerRetryBackoff", "DisableRoutingPolicies",
-		"ShardPicker", "ClusterStateReloadInterval", "RouteByLatencyTolerance"); err != nil {
+	if err := unported(opt, "NewClient", "DialerRetryBackoff"); err != nil {
 		return redisguard.Config{}, err
 	}
 	readFrom := redisguard.ReadFromMaster
@@ -118,6 +117,10 @@ func guardClusterConfig(opt *redis.ClusterOptions) (redisguard.Config, error) {
 		Addrs:        opt.Addrs,
 		MaxRedirects: opt.MaxRedirects,
 		ReadFrom:     readFrom,
+
+		RouteByLatencyTolerance: opt.RouteByLatencyTolerance, ClusterSlots: opt.ClusterSlots,
+		ClusterStateReloadInterval: opt.ClusterStateReloadInterval, DisableRoutingPolicies: opt.DisableRoutingPolicies,
+		ShardPicker: opt.ShardPicker,
 
 		ClientName: opt.ClientName, Dialer: opt.Dialer, OnConnect: opt.OnConnect, Protocol: opt.Protocol,
 		Username: opt.Username, Password: opt.Password,
