@@ -375,7 +375,9 @@ type Config struct {
 	PushNotificationProcessor push.NotificationProcessor
 
 	// AutoPipelineOptions is the default configuration of AutoPipeline and
-	// AsyncAutoPipeline.
+	// AsyncAutoPipeline. FullDuplex is refused: go-redis writes a
+	// full-duplex command before any hook runs, so an open breaker could
+	// not refuse it.
 	// default: go-redis's defaults
 	AutoPipelineOptions *redis.AutoPipelineOptions
 

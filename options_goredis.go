@@ -54,6 +54,9 @@ func (cfg *Config) validateGoRedis() error {
 	if err := cfg.validateClusterOnly(); err != nil {
 		return err
 	}
+	if err := refuseFullDuplex("AutoPipelineOptions", cfg.AutoPipelineOptions); err != nil {
+		return err
+	}
 
 	// The fields redisguard owns.
 	if cfg.MaxRetries != 0 && cfg.MaxRetries != -1 {
