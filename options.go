@@ -25,9 +25,10 @@ const (
 	// NewClient asks the server once (HELLO, bounded by DialTimeout and at
 	// most a second) whether it is a cluster node, and runs as
 	// Cluster or Standalone accordingly; a Kubernetes Service in front of a
-	// cluster needs no other setting. If the server cannot be reached then,
-	// the client runs Standalone, and a MOVED reply later fails with an error
-	// that says the mode could not be told and to set Mode.
+	// cluster needs no other setting. If the server does not answer then,
+	// the client runs Standalone until it does, and its first answer
+	// decides: a cluster node's HELLO reply, or a MOVED or ASK, makes every
+	// later command, pipeline and subscription Cluster-mode.
 	ModeAuto Mode = iota
 	// ModeStandalone talks to one server.
 	ModeStandalone
