@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run.sh [WORK]: go-redis v9.23.0's own Ginkgo suite, run once with go-redis
 # alone and once with a *redisguard.Client in place of the client under
-# test, compared spec by spec. Not part of `make test`: it takes about ten
-# minutes (two runs of about three) and the fixed ports of go-redis's suite
+# test, compared spec by spec. Not part of `make test`: it takes about seven
+# minutes (two runs of about three, with building and servers) and the fixed ports of go-redis's suite
 # (servers.sh).
 #
 # Needs redis-server and redis-cli (7.0 or later), jq, and go-redis v9.23.0
