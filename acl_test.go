@@ -142,6 +142,7 @@ func setDownAfter(t *testing.T, g *redistest.Sentinel, d time.Duration) {
 // ROLE, tells reads from its own table rather than COMMAND, and says once
 // what it cannot know.
 func TestLeastPrivilegeUserInSentinelMode(t *testing.T) {
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	setUser(t, "app", appRules, g.Master, g.Replica)
 	master, replica := g.Master, g.Replica
@@ -233,6 +234,7 @@ func TestLeastPrivilegeUserInSentinelMode(t *testing.T) {
 // The user docs/acl.md gives for Cluster mode, and users denied one of its
 // rules: what needs the rule works, and what loses it says so once.
 func TestLeastPrivilegeUserInClusterMode(t *testing.T) {
+	sideBySide(t)
 	const nodeTimeout = 4 * time.Second // the hang below stays shorter
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: nodeTimeout})
 	nodes := cl.Nodes()

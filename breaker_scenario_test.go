@@ -22,9 +22,7 @@ import (
 // the dead node's requests fast, recover after the pause, and keep topology
 // calls to at most about two a second during the event.
 func TestScenarioPausedMaster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	// A long node timeout: this scenario is a hang, not a failover, and the
 	// other masters must not declare the cluster down meanwhile.
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
@@ -125,9 +123,7 @@ func TestScenarioPausedMaster(t *testing.T) {
 // Scenario 2: a master hangs and its replica is promoted (node timeout 2s).
 // Writes to its slots must follow the promotion promptly.
 func TestScenarioHardFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	const workers = 50
 	observe := pick(25*time.Second, 10*time.Second)
@@ -219,9 +215,7 @@ func TestScenarioHardFailover(t *testing.T) {
 // are retried on the same node; they must not open breakers or cost extra
 // topology calls.
 func TestScenarioConnectionResets(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	keys := clusterKeys(t, cl, 200)
 	const workers = 40

@@ -87,7 +87,8 @@ type hookable interface {
 //     timeout of its own (the socket caps every read, see socketHook).
 //   - probe and sentinel question: base, or the sentinels' handshake, at
 //     addr, each step bounded by wait, never retried, closed after use; a
-//     probe runs no OnConnect and no client-side cache.
+//     probe runs no OnConnect and no client-side cache. Their dials fail
+//     without a go-redis log line (quietDial).
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
 //
@@ -111,7 +112,7 @@ type hookable interface {
 //	  sharded     cluster client: stepCountHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
 //	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
-//	probe, sentinel question: none
+//	probe, sentinel question: quietDial
 //
 // With Config.ReadFrom the ordinary client routes reads to replicas
 // (replica.go): sentinelReadHook sits between sentinelMaster and nodeGuard
@@ -178,7 +179,9 @@ func newGoRedis(s clientSpec) hookable {
 		opt.ContextTimeoutEnabled = true
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		return redis.NewClient(&opt)
+		cl := redis.NewClient(&opt)
+		cl.AddHook(newQuietDial(cl.Options()))
+		return cl
 	case clientReplica:
 		opt := *s.base
 		opt.Addr, opt.PoolSize = s.addr, s.poolSize
@@ -193,7 +196,9 @@ func newGoRedis(s clientSpec) hookable {
 		opt.PoolSize, opt.MaxRetries, opt.DialerRetries = 2, -1, dialAttempts // two: as a probe
 		opt.DialTimeout = min(opt.DialTimeout, s.wait)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
-		return redis.NewSentinelClient(&opt)
+		cl := redis.NewSentinelClient(&opt)
+		cl.AddHook(newQuietDial(&opt)) // opt as go-redis completed it
+		return cl
 	}
 }
 
@@ -272,7 +277,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			if rr != nil && !co.ReadOnly {
-				opt.OnConnect = rr.withReadOnly(opt.Addr, opt.OnConnect)
+				opt.OnConnect = duringSetUp(rr.withReadOnly(opt.Addr, opt.OnConnect))
 			}
 			cl := redis.NewClient(opt)
 			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
@@ -388,7 +393,7 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 
 		Protocol:                     cfg.Protocol,
 		Dialer:                       cfg.Dialer,
-		OnConnect:                    cfg.OnConnect,
+		OnConnect:                    duringSetUp(cfg.OnConnect),
 		CredentialsProvider:          cfg.CredentialsProvider,
 		CredentialsProviderContext:   cfg.CredentialsProviderContext,
 		StreamingCredentialsProvider: cfg.StreamingCredentialsProvider,

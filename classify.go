@@ -1,6 +1,7 @@
 package redisguard
 
 import (
+	"context"
 	"iter"
 	"slices"
 	"strconv"
@@ -402,16 +403,90 @@ func equalFoldUpper[T string | []byte](s T, upper string) bool {
 	return true
 }
 
-// isHandshake reports whether cmd is one go-redis sends while initialising a
-// fresh connection (HELLO, AUTH, SELECT, CLIENT SETNAME/SETINFO, READONLY).
-// Those run through the node's hooks from inside the operation that dialled,
-// which already holds the breaker's ticket; gating them again would make a
-// half-open probe reject its own handshake and never close the breaker. The
-// same commands sent by a caller, or by admission (HELLO, CLIENT ID, CLIENT
-// UNBLOCK), are gated and scored like any other: the name is checked on
-// every command, and the stack only for the few that match.
-func isHandshake(cmd redis.Cmder) bool {
-	return namedLikeHandshake(cmd) && onStack(connInit)
+// isHandshake reports whether cmd sets up a fresh connection: it is one of
+// the commands go-redis's initConn sends before the connection carries
+// anything (goRedisHandshake), or one named like them that the Options'
+// OnConnect sends, which runs at the end of that set-up (duringSetUp
+// marks its context). Those run through the node's hooks from inside the
+// operation that needed the connection, which is admitted and scored
+// itself; gating and scoring them again would count one operation twice,
+// and a handshake's success would reset the failure count of a node that
+// accepts connections and then fails every command. Every other command,
+// CLIENT UNBLOCK and the bare HELLO admission asks included, is gated and
+// scored like any other.
+func isHandshake(ctx context.Context, cmd redis.Cmder) bool {
+	return goRedisHandshake(cmd) || (namedLikeHandshake(cmd) && settingUp(ctx))
+}
+
+// goRedisHandshake reports whether cmd has the form of a command go-redis
+// sends while it sets up a connection (redis.go, baseClient.initConn, in
+// v9.23): built by go-redis's typed helper, as initConn builds it, with
+// that helper's arguments. HELLO comes with a protocol version (admission's
+// bare HELLO has none), AUTH only when HELLO was refused, then SELECT,
+// READONLY, CLIENT SETNAME and CLIENT TRACKING in one pipeline, CLIENT
+// MAINT_NOTIFICATIONS, and the two CLIENT SETINFO in another. Do builds a
+// *redis.Cmd, so a caller's Do of the same words is not a set-up command; a
+// caller's typed Hello, Auth, Select or ClientSetName on a Conn or a Tx is
+// taken for one. TestHandshakeCommandsAreRecognised records what go-redis
+// sends and fails when a release adds a step this does not know.
+func goRedisHandshake(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) == 0 {
+		return false
+	}
+	name, ok := args[0].(string)
+	if !ok {
+		return false
+	}
+	switch {
+	case equalFoldUpper(name, "HELLO"):
+		_, isMap := cmd.(*redis.MapStringInterfaceCmd)
+		_, version := argInt(args, 1)
+		return isMap && version
+	case equalFoldUpper(name, "AUTH"):
+		return isStatus(cmd) && (len(args) == 2 || len(args) == 3)
+	case equalFoldUpper(name, "SELECT"):
+		_, index := argInt(args, 1)
+		return isStatus(cmd) && len(args) == 2 && index
+	case equalFoldUpper(name, "READONLY"):
+		return isStatus(cmd) && len(args) == 1
+	case equalFoldUpper(name, "CLIENT"):
+		sub, _ := argString(args, 1)
+		switch {
+		case equalFoldUpper(sub, "SETNAME"):
+			_, isBool := cmd.(*redis.BoolCmd)
+			return isBool && len(args) == 3
+		case equalFoldUpper(sub, "SETINFO"), equalFoldUpper(sub, "TRACKING"), equalFoldUpper(sub, "MAINT_NOTIFICATIONS"):
+			return isStatus(cmd)
+		}
+	}
+	return false
+}
+
+// isStatus reports whether cmd is a *redis.StatusCmd, as the typed helpers
+// of AUTH, SELECT, READONLY and most CLIENT subcommands build.
+func isStatus(cmd redis.Cmder) bool {
+	_, ok := cmd.(*redis.StatusCmd)
+	return ok
+}
+
+// argString returns args[i] if it is a string.
+func argString(args []interface{}, i int) (string, bool) {
+	if i >= len(args) {
+		return "", false
+	}
+	s, ok := args[i].(string)
+	return s, ok
+}
+
+// argInt returns args[i] if it is an int, as go-redis's helpers pass
+// protocol versions and database indexes.
+func argInt(args []interface{}, i int) (int, bool) {
+	if i >= len(args) {
+		return 0, false
+	}
+	n, ok := args[i].(int)
+	return n, ok
 }
 
 // handshakeNames are the names of the commands go-redis sends while

@@ -444,9 +444,7 @@ func TestInstrumentRunsOncePerDedicatedClient(t *testing.T) {
 // caller's own error, and once the replica is promoted the next one is
 // served by the new owner. go-redis alone is measured beside.
 func TestBlockingCallFollowsPromotion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	owner := cl.Masters[2]
 	partner := replicaOf(cl, owner)

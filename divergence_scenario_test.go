@@ -104,9 +104,7 @@ func TestScenarioGracefulFailover(t *testing.T) { failoverScenario(t, "") }
 func TestScenarioTakeoverFailover(t *testing.T) { failoverScenario(t, "takeover") }
 
 func failoverScenario(t *testing.T, mode string) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	keys := clusterKeys(t, cl, 300)
 	const workers = 50
@@ -203,9 +201,7 @@ func divergenceTable(t *testing.T, title string, rs, rg divergenceCounts) {
 // other slots must not notice; and once an operator repairs the slot the key
 // must be served again within 2s.
 func TestScenarioSlotCycle(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	const nodeTimeout = time.Second
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	keys := clusterKeys(t, cl, 100)
@@ -356,9 +352,7 @@ func emptySlotKey(t *testing.T, cl *redistest.Cluster, s *redistest.Server, keys
 // it owns its slots until it hears of the higher epoch. None of that is a
 // corrupt slot map, and writes must resume after the promotion.
 func TestScenarioHardFailoverDivergence(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	keys := clusterKeys(t, cl, 300)
 	const workers = 50

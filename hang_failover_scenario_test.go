@@ -192,9 +192,7 @@ func runPacedUntil(workers int, interval time.Duration, stop <-chan struct{}, fn
 // is seen hung, its writes fail fast and typed, the other slots keep their
 // pace, and writes follow the promotion at once.
 func TestScenarioHungMasterFailoverPaced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	readers, writers, interval := pick(32, 16), pick(8, 4), pick(2*time.Millisecond, 5*time.Millisecond)
 	after := 3 * time.Second

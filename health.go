@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redisguard/redisguard/internal/breaker"
 )
 
 // CheckOptions says what Check exercises. The zero value sends only a PING.
@@ -19,17 +16,21 @@ type CheckOptions struct {
 	// SET WriteKey <token> PX HealthWriteTTL, where the token says when
 	// redisguard wrote it. Choose a key that nobody would take for data and
 	// that no other service writes, e.g. "redisguard:health:<service>"; it
-	// expires on its own after HealthWriteTTL. In Cluster mode the write
-	// proves only the slot the key hashes to.
+	// expires on its own after HealthWriteTTL. In Cluster mode every master
+	// is written: WriteKey on its own master, and on each other one a key
+	// derived from it that hashes into that master's slots, WriteKey{n}
+	// (or, for a WriteKey with a hash tag {tag}, the tag extended: {tag:n}).
+	// An ACL user limited to key patterns needs one matching WriteKey*.
 	// default: "" (no write)
 	WriteKey string
 
-	// RequireAllShards makes an open breaker on any master of the slot map
-	// fail the check (Cluster mode). By default it only marks the report
-	// Degraded: a service whose write key's shard takes the write can do
-	// its work, and failing readiness on every pod because one master of
-	// several is down would turn a partial outage into a total one. Set it
-	// for a service that needs every shard to do anything.
+	// RequireAllShards fails the check in Cluster mode when any master of
+	// the slot map does not serve (or has an open breaker). By default that
+	// only marks the report Degraded, and the check fails when no master
+	// serves: every pod of a service checks the same masters, so failing
+	// readiness because one master of several is down would take every pod
+	// out of rotation at once and turn a partial outage into a total one.
+	// Set it for a service that needs every shard to do anything.
 	// default: false
 	RequireAllShards bool
 }
@@ -38,12 +39,14 @@ type CheckOptions struct {
 // and error, and every node's breaker. It marshals to JSON for readiness
 // handlers and logs, and never contains a password.
 type Report struct {
-	// Healthy is true when every step that applies succeeded. The Breakers
-	// step applies only with CheckOptions.RequireAllShards.
+	// Healthy is true when every step that applies succeeded. In Cluster
+	// mode it is true when some master serves (see Masters), and with
+	// CheckOptions.RequireAllShards when every master serves and the
+	// Breakers step succeeded.
 	Healthy bool `json:"healthy"`
-	// Degraded is true when the check passed but a master's breaker is open
-	// (Breakers failed without RequireAllShards): the write key's shard
-	// serves, another does not; or when a node is marked slow (Slow).
+	// Degraded is true when the check passed but a master does not serve
+	// (MastersDown) or has an open breaker (Breakers failed), or a node is
+	// marked slow (Slow).
 	Degraded bool   `json:"degraded,omitempty"`
 	Mode     string `json:"mode"` // "standalone", "sentinel" or "cluster"
 
@@ -55,11 +58,20 @@ type Report struct {
 	// The steps, in the order they run. Ping is always present;
 	// ClusterState (CLUSTER INFO reports cluster_state:ok) and Breakers (no
 	// master's breaker is open) in Cluster mode; Write when
-	// CheckOptions.WriteKey was set.
+	// CheckOptions.WriteKey was set. In Cluster mode Ping, ClusterState and
+	// Write are those of the write key's master (without a write key, of a
+	// random master's), and Masters has every master's.
 	Ping         *StepResult `json:"ping"`
 	ClusterState *StepResult `json:"cluster_state,omitempty"`
 	Write        *StepResult `json:"write,omitempty"`
 	Breakers     *StepResult `json:"breakers,omitempty"`
+
+	// Masters is each master's round trip in Cluster mode, sorted by
+	// address: OK when it answered PING, reported cluster_state:ok and,
+	// with a write key, took the write of Key; otherwise Error names the
+	// first failure. MastersDown lists, sorted, the masters that failed.
+	Masters     []*StepResult `json:"masters,omitempty"`
+	MastersDown []string      `json:"masters_down,omitempty"`
 
 	// Nodes is the breaker of every node the client has talked to, sorted by
 	// address, as in Stats.
@@ -79,7 +91,9 @@ type StepResult struct {
 	Skipped bool `json:"skipped,omitempty"`
 	// Node is where the step was sent: an address, or for Sentinel the
 	// master's breaker name ("sentinel-master:<name>").
-	Node    string        `json:"node,omitempty"`
+	Node string `json:"node,omitempty"`
+	// Key is the key a Cluster check wrote on this master (Report.Masters).
+	Key     string        `json:"key,omitempty"`
 	Latency time.Duration `json:"latency_ns"`
 	// Error is the failure, with any configured password removed.
 	Error string `json:"error,omitempty"`
@@ -87,14 +101,15 @@ type StepResult struct {
 
 // Healthy reports whether the client can do its work now. With an empty
 // writeKey it sends one PING; otherwise a PING and then
-// SET writeKey <token> PX HealthWriteTTL. In Cluster mode it also requires
-// cluster_state:ok from the write key's master; an open breaker on another
-// master does not fail it (see Check and CheckOptions.RequireAllShards). Pass a key that nobody would take for data, such as
-// "redisguard:health:<service>".
+// SET writeKey <token> PX HealthWriteTTL. In Cluster mode it does so on
+// every master and is true while any master serves, as ReadinessHandler
+// answers 200 (see Check and CheckOptions.RequireAllShards). Pass a key
+// that nobody would take for data, such as "redisguard:health:<service>".
 //
-// Any error gives false: a connection error or timeout, an OOM or READONLY
-// reply, an open breaker, a closed client, a cancelled context. Healthy never
-// panics, never retries, and is bounded by ctx and the client's timeouts.
+// Any error gives false (in Cluster mode, one on every master): a
+// connection error or timeout, an OOM or READONLY reply, an open breaker, a
+// closed client, a cancelled context. Healthy never panics, never retries,
+// and is bounded by ctx and the client's timeouts.
 func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
 	return c.Check(ctx, CheckOptions{WriteKey: writeKey}).Healthy
 }
@@ -108,25 +123,38 @@ func (c *Client) Healthy(ctx context.Context, writeKey string) bool {
 //   - Standalone: PING the server; with a write key, SET it there.
 //   - Sentinel: PING the current master, as resolved through the sentinels;
 //     with a write key, SET it there.
-//   - Cluster: PING the master that owns the write key's slot (without a
-//     write key, the master of a random slot); read CLUSTER INFO from that
-//     same node and require cluster_state:ok; with a write key, SET it
-//     there; and report whether any master in the last slot map has an
-//     open breaker (Degraded, or a failure with RequireAllShards). The
-//     write proves only the slot the key hashes to; cluster_state:ok says
-//     the cluster serves every slot, and the breakers say whether this
-//     client can reach every master. A MOVED reply (a stale
-//     slot map) fails the check and refreshes the map for the next one.
+//   - Cluster: send every master of the last slot map, all at once, one
+//     pipeline: PING, CLUSTER INFO (cluster_state:ok required) and, with a
+//     write key, a SET of a key in its slots (see CheckOptions.WriteKey).
+//     The check is healthy while any master serves, and Degraded, naming
+//     the others in MastersDown, unless all do; with RequireAllShards it
+//     fails unless all do. A MOVED reply (a stale slot map) fails that
+//     master and refreshes the map for the next check.
 //
 // Each network step is one round trip and is never retried (see oneShot).
-// After a failed step the remaining network steps are skipped, so a sick
-// server costs a check at most one timeout. Check returns at once on a
-// closed client or a done ctx, and otherwise is bounded by ctx and the
-// client's dial, read and write timeouts.
-func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
+// In Standalone and Sentinel mode a failed step skips the rest, and in
+// Cluster mode each master is one round trip, so a sick server costs a
+// check at most one timeout. Check returns at once on a closed client or a
+// done ctx, and otherwise is bounded by ctx and the client's dial, read and
+// write timeouts.
+//
+// A ModeAuto Client still waiting for its server's first answer checks as
+// Standalone; when that check's own connection hears that the server is a
+// cluster node, Check runs again as a Cluster check on the Client it
+// became.
+func (c *Client) Check(ctx context.Context, opts CheckOptions) Report {
 	if up := c.current(); up != c {
 		return up.Check(ctx, opts)
 	}
+	rep := c.check(ctx, opts)
+	if up := c.current(); up != c {
+		return up.Check(ctx, opts)
+	}
+	return rep
+}
+
+// check is Check on c itself.
+func (c *Client) check(ctx context.Context, opts CheckOptions) (rep Report) {
 	start := time.Now()
 	rep = Report{Mode: c.cfg.Mode.String(), CheckedAt: c.clock.Now()}
 	defer func() {
@@ -186,44 +214,6 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) (rep Report) {
 	return rep
 }
 
-// checkCluster runs the Cluster steps. They go to one node client directly,
-// obtained from go-redis's slot map, rather than through the cluster client,
-// for three reasons: go-redis routes PING to every shard (its command tips
-// say all_shards), which would make one check cost a round trip per master;
-// the cluster client's loop retries a READONLY reply after a backoff sleep
-// even for a command marked NoRetry; and the report can then say exactly
-// which node answered. Node clients carry the node's breaker hook, so an
-// open breaker still fails the step at once and the outcome still feeds the
-// breaker.
-func (c *Client) checkCluster(ctx context.Context, opts CheckOptions, rep *Report) {
-	cc := c.UniversalClient.(*redis.ClusterClient)
-	// An empty key hashes to a random slot in go-redis, so checks without a
-	// write key spread over the masters.
-	target, err := cc.MasterForKey(ctx, opts.WriteKey)
-	if err != nil {
-		rep.Ping = &StepResult{Error: c.redact(c.translate(ctx, err).Error())}
-	} else {
-		// CLUSTER INFO before the write: a cluster that is down refuses the
-		// write anyway (CLUSTERDOWN), and cluster_state names the cause.
-		node := target.Options().Addr
-		send := target.Process
-		rep.Ping = c.step(ctx, node, send, "ping")
-		if rep.Ping.OK {
-			rep.ClusterState = c.clusterStateStep(ctx, node, send)
-		}
-		if opts.WriteKey != "" && rep.ClusterState != nil && rep.ClusterState.OK {
-			rep.Write = c.step(ctx, node, send, c.writeArgs(opts.WriteKey)...)
-		}
-	}
-	if rep.ClusterState == nil {
-		rep.ClusterState = &StepResult{Skipped: true}
-	}
-	if opts.WriteKey != "" && rep.Write == nil {
-		rep.Write = &StepResult{Skipped: true}
-	}
-	rep.Breakers = c.masterBreakersStep()
-}
-
 // step sends one command, marked not to be retried, and times it.
 func (c *Client) step(ctx context.Context, node string, send func(context.Context, redis.Cmder) error, args ...any) *StepResult {
 	res, _ := c.roundTrip(ctx, node, send, args...)
@@ -246,54 +236,6 @@ func (c *Client) roundTrip(ctx context.Context, node string, send func(context.C
 	}
 	res.OK = true
 	return res, cmd.Val()
-}
-
-// clusterStateStep reads CLUSTER INFO from node and requires cluster_state:ok.
-func (c *Client) clusterStateStep(ctx context.Context, node string, send func(context.Context, redis.Cmder) error) *StepResult {
-	res, reply := c.roundTrip(ctx, node, send, "cluster", "info")
-	if !res.OK {
-		return res
-	}
-	text, _ := reply.(string)
-	state := infoField(text, "cluster_state")
-	if state != "ok" {
-		res.OK = false
-		if state == "" {
-			state = "missing"
-		}
-		res.Error = "cluster_state:" + state
-	}
-	return res
-}
-
-// masterBreakersStep fails if a master in the last slot map has an open
-// breaker. Only Open counts: a half-open breaker lets a probe through, and
-// if readiness failed on it, a pod taken out of rotation would send no
-// request to that node, its breaker would never close, and the pod would
-// never become ready again.
-func (c *Client) masterBreakersStep() *StepResult {
-	slots := c.topo.lastSlots()
-	if slots == nil {
-		// No slot map yet: the ping step has already failed with the reason.
-		return &StepResult{Skipped: true}
-	}
-	masters := make(map[string]bool)
-	for _, s := range slots {
-		if len(s.Nodes) > 0 {
-			masters[s.Nodes[0].Addr] = true
-		}
-	}
-	var open []string
-	for _, n := range c.nodes.all() {
-		if masters[n.addr] && n.br.State() == breaker.Open {
-			open = append(open, n.addr)
-		}
-	}
-	if len(open) > 0 {
-		sort.Strings(open)
-		return &StepResult{Error: "breaker open for master " + strings.Join(open, ", ")}
-	}
-	return &StepResult{OK: true}
 }
 
 // writeArgs is the probe write. PX rather than go-redis's Set, which would
@@ -320,12 +262,16 @@ func (oneShot) NoRetry() bool { return true }
 // judge sets Healthy and Degraded from the steps.
 func (r *Report) judge(allShards bool) {
 	r.Healthy = r.verdict(allShards)
-	r.Degraded = r.Healthy && (len(r.Slow) > 0 || r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped)
+	r.Degraded = r.Healthy && (len(r.Slow) > 0 || len(r.MastersDown) > 0 || r.Breakers != nil && !r.Breakers.OK && !r.Breakers.Skipped)
 }
 
 // verdict is true when every step that applies succeeded; the breakers step
-// applies when every shard is required.
+// applies when every shard is required. A Cluster check that reached the
+// masters is judged by them (clusterVerdict).
 func (r *Report) verdict(allShards bool) bool {
+	if r.Masters != nil {
+		return r.clusterVerdict(allShards)
+	}
 	steps := []*StepResult{r.Ping, r.ClusterState, r.Write}
 	if allShards {
 		steps = append(steps, r.Breakers)
@@ -352,6 +298,11 @@ func (r *Report) skipRest(opts CheckOptions, mode Mode) {
 // String is a one-line summary for terminals and logs, e.g.
 //
 //	healthy (standalone, 10.0.0.5:6379): ping 312µs, write 405µs
+//
+// A Cluster check that reached the masters is summed up by them: how many
+// serve, what each was asked, and each one that does not, with why:
+//
+//	degraded (cluster): 2 of 3 masters serve (ping, cluster_state, write; slowest 405µs); down 10.0.0.6:6379: ping: redisguard: node unavailable (node 10.0.0.6:6379); breaker open for master 10.0.0.6:6379
 //	unhealthy (standalone, 10.0.0.5:6379): ping 298µs, write failed: OOM command not allowed ...
 func (r Report) String() string {
 	steps := []struct {
@@ -359,12 +310,17 @@ func (r Report) String() string {
 		s    *StepResult
 	}{{"ping", r.Ping}, {"cluster_state", r.ClusterState}, {"write", r.Write}, {"breakers", r.Breakers}}
 	var b strings.Builder
-	if r.Degraded {
+	switch {
+	case r.Degraded:
 		b.WriteString("degraded (")
-	} else if r.Healthy {
+	case r.Healthy:
 		b.WriteString("healthy (")
-	} else {
+	default:
 		b.WriteString("unhealthy (")
+	}
+	if r.Masters != nil {
+		r.clusterString(&b)
+		return b.String()
 	}
 	b.WriteString(r.Mode)
 	for _, st := range steps {
@@ -397,10 +353,14 @@ func (r Report) String() string {
 	if first {
 		b.WriteString("nothing checked")
 	}
+	r.writeSlow(&b)
+	return b.String()
+}
+
+func (r Report) writeSlow(b *strings.Builder) {
 	if len(r.Slow) > 0 {
 		b.WriteString("; slow: " + strings.Join(r.Slow, " "))
 	}
-	return b.String()
 }
 
 // infoField returns the value of field in INFO-style "field:value" text.

@@ -45,16 +45,18 @@ type ReadinessOptions struct {
 	// default: DefaultReadinessTimeout (800ms)
 	Timeout time.Duration
 
-	// RequireAllShards makes an open breaker on any master answer 503; by
-	// default it answers 200 with "degraded": true. See
-	// CheckOptions.RequireAllShards.
+	// RequireAllShards makes a Cluster-mode probe answer 503 when any master
+	// does not serve; by default it answers 200 with "degraded": true and
+	// the masters in "masters_down", and 503 only when no master serves.
+	// See CheckOptions.RequireAllShards.
 	// default: false
 	RequireAllShards bool
 }
 
 // ReadinessHandler returns an http.Handler for a readiness endpoint. It
 // answers 200 when Check passes and 503 when it does not, with the Report as
-// a JSON body either way.
+// a JSON body either way. In Cluster mode Check passes while any master
+// takes the write (see Check).
 //
 // Results are cached for opts.CacheFor, timed by the client's clock, and
 // concurrent requests that find no fresh result share one probe, so a

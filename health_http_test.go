@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -256,37 +257,96 @@ func TestLivenessHandlerIgnoresRedis(t *testing.T) {
 	assert.Equal(t, pings, gate.pings.Load(), "liveness sent a command")
 }
 
-// One master of three hung, its breaker open: readiness stays 200, marked
-// degraded, for a pod whose write key lives on a healthy master, and is 503
-// for one whose key lives on the hung master, or that requires every shard.
-// Failing every pod on a partial outage would make it a total one.
+// Every pod of a service checks the same masters with the same write key.
+// One master of three hung: readiness stays 200, marked degraded and naming
+// that master, whichever master the write key lives on, both while the
+// hung master's round trip times out and once its breaker is open; it is
+// 503 for a pod that requires every shard, and for every pod once all three
+// masters hang. Failing every pod on a partial outage would make it a total
+// one. The cluster serves the slots it can (cluster-require-full-coverage
+// no), so the other masters keep taking writes however long the pause.
 func TestReadinessInAPartialOutage(t *testing.T) {
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
-	c := newTestClient(t, Config{Addrs: cl.Addrs(), NodeFailureThreshold: 1, ReadTimeout: 300 * time.Millisecond})
-	ctx := testCtx(t, 30*time.Second)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Args: []string{"--cluster-require-full-coverage", "no"}})
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond})
 	sick, well := cl.Masters[2], cl.Masters[0]
-	sick.Pause(t)
-	require.Error(t, c.Get(ctx, cl.KeyOn(t, sick, "partial:")).Err())
-	require.Equal(t, "open", breakerState(c, sick.Addr))
+	// A handler per case, each probe fresh: CacheFor is all but zero.
+	handler := func(opts ReadinessOptions) http.Handler {
+		opts.CacheFor = time.Nanosecond
+		return c.ReadinessHandler(opts)
+	}
+	onSick := handler(ReadinessOptions{WriteKey: cl.KeyOn(t, sick, "ready:")})
+	onWell := handler(ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:")})
+	allShards := handler(ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:"), RequireAllShards: true})
+	// A second pod, polled only once every master hangs, with every breaker
+	// closed then: each master's round trip waits out the read timeout.
+	other := newTestClient(t, Config{Addrs: cl.Addrs(), ReadTimeout: time.Second})
+	otherPod := other.ReadinessHandler(ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:"), CacheFor: time.Nanosecond, Timeout: 5 * time.Second})
+	for _, h := range []http.Handler{onSick, onWell, allShards, otherPod} {
+		status, rep := get(t, h, readyz())
+		require.Equal(t, http.StatusOK, status, "%v", rep)
+		require.False(t, rep.Degraded, "%v", rep)
+	}
 
-	req := httptest.NewRequest(http.MethodGet, "/readyz", nil)
-	for _, tt := range []struct {
+	sick.Pause(t)
+	cases := []struct {
 		name     string
-		opts     ReadinessOptions
+		h        http.Handler
 		status   int
 		degraded bool
 	}{
-		{"write key on a healthy master", ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:")}, http.StatusOK, true},
-		{"write key on the hung master", ReadinessOptions{WriteKey: cl.KeyOn(t, sick, "ready:")}, http.StatusServiceUnavailable, false},
-		{"every shard required", ReadinessOptions{WriteKey: cl.KeyOn(t, well, "ready:"), RequireAllShards: true}, http.StatusServiceUnavailable, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			status, rep := get(t, c.ReadinessHandler(tt.opts), req)
-			assert.Equal(t, tt.status, status, "%v", rep)
-			assert.Equal(t, tt.degraded, rep.Degraded, "%v", rep)
-			if tt.degraded {
-				assert.Contains(t, rep.Breakers.Error, sick.Addr, "the report names the master that is out")
-			}
-		})
+		{"write key on the hung master", onSick, http.StatusOK, true},
+		{"write key on a healthy master", onWell, http.StatusOK, true},
+		{"every shard required", allShards, http.StatusServiceUnavailable, false},
 	}
+	// Polls until well after the hung master's breaker opened: each poll
+	// of each case sends a round trip that times out, or fails at once.
+	var polls int
+	var slowest time.Duration
+	defer func() { t.Logf("%d polls of each case while one master hung, the slowest %v", polls, slowest) }()
+	for poll := 0; breakerState(c, sick.Addr) != "open" || poll < 3; poll++ {
+		polls++
+		require.Less(t, poll, 3*DefaultNodeFailureThreshold, "the hung master's breaker never opened")
+		for _, tt := range cases {
+			start := time.Now()
+			status, rep := get(t, tt.h, readyz())
+			took := time.Since(start)
+			slowest = max(slowest, took)
+			assert.Equal(t, tt.status, status, "%s, poll %d: %v", tt.name, poll, rep)
+			assert.Equal(t, tt.degraded, rep.Degraded, "%s, poll %d: %v", tt.name, poll, rep)
+			assert.Equal(t, []string{sick.Addr}, rep.MastersDown, "%s, poll %d: the report names the master that is out", tt.name, poll)
+			assert.Less(t, took, hungBound, "%s, poll %d", tt.name, poll)
+		}
+	}
+
+	t.Run("all three masters hung", func(t *testing.T) {
+		for _, m := range cl.Masters[:2] {
+			m.Pause(t)
+		}
+		for _, h := range []http.Handler{onSick, onWell} {
+			start := time.Now()
+			status, rep := get(t, h, readyz())
+			assert.Equal(t, http.StatusServiceUnavailable, status, "%v", rep)
+			assert.Len(t, rep.MastersDown, 3, "%v", rep)
+			assert.Less(t, time.Since(start), hungBound)
+		}
+		// The masters are asked at once: one read timeout, not three.
+		start := time.Now()
+		status, rep := get(t, otherPod, readyz())
+		took := time.Since(start)
+		t.Logf("three hung masters, no breaker open, 1s read timeout: 503 after %v", took)
+		assert.Equal(t, http.StatusServiceUnavailable, status, "%v", rep)
+		assert.Len(t, rep.MastersDown, 3, "%v", rep)
+		assert.GreaterOrEqual(t, took, 900*time.Millisecond, "the round trips did not wait for the hung masters")
+		assert.Less(t, took, 2*time.Second, "the masters were asked one after the other")
+	})
+	for _, m := range cl.Masters {
+		m.Resume(t)
+	}
+	cl.WaitHealthy(t)
+	redistest.WaitFor(t, 20*time.Second, "readiness once every master serves again", func() error {
+		if status, rep := get(t, onSick, readyz()); status != http.StatusOK || rep.Degraded {
+			return fmt.Errorf("%d: %v", status, rep)
+		}
+		return nil
+	})
 }

@@ -302,9 +302,10 @@ func TestCheckReportJSON(t *testing.T) {
 	assert.Contains(t, rep.String(), "healthy (standalone, "+srv.Addr+"): ping ")
 }
 
-// A cluster is healthy while the write key's master takes the write; an open
-// breaker on another master makes it degraded (unhealthy only when every
-// shard is required); the write proves only its own slot.
+// A Cluster check writes on every master, a key of that master's slots,
+// and is healthy while any master serves: a master that does not, the write
+// key's own one too, makes it degraded (unhealthy only when every shard is
+// required).
 func TestCheckCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	c := newTestClient(t, Config{
@@ -323,11 +324,27 @@ func TestCheckCluster(t *testing.T) {
 			key := cl.KeyOn(t, m, "redisguard:health:cluster:")
 			rep := c.Check(ctx, CheckOptions{WriteKey: key})
 			assert.True(t, rep.Healthy, "master %d: %v", i, rep)
+			assert.False(t, rep.Degraded, "master %d: %v", i, rep)
 			require.NotNil(t, rep.Write)
 			assert.Equal(t, m.Addr, rep.Write.Node, "the write goes to the key's master")
 			assert.Equal(t, m.Addr, rep.ClusterState.Node, "CLUSTER INFO is read from the node that answered")
 			assert.True(t, rep.ClusterState.OK)
 			assert.True(t, rep.Breakers.OK)
+			assert.Empty(t, rep.MastersDown)
+			require.Len(t, rep.Masters, 3, "every master is checked")
+			for _, r := range rep.Masters {
+				assert.True(t, r.OK, "%+v", r)
+				owner := cl.MasterForSlot(t, redistest.Slot(r.Key))
+				assert.Equal(t, owner.Addr, r.Node, "%s is written on the master of its slot", r.Key)
+				if r.Node == m.Addr {
+					assert.Equal(t, key, r.Key, "the write key itself on its own master")
+				} else {
+					assert.True(t, strings.HasPrefix(r.Key, key+"{"), "%s derives from %s", r.Key, key)
+				}
+				ttl, err := owner.Admin().PTTL(ctx, r.Key).Result()
+				require.NoError(t, err)
+				assert.Greater(t, ttl, time.Duration(0), "%s was written, with an expiry", r.Key)
+			}
 		}
 	})
 
@@ -352,6 +369,9 @@ func TestCheckCluster(t *testing.T) {
 		assert.True(t, rep.Write.OK, "the write to a healthy master succeeds")
 		assert.False(t, rep.Breakers.OK)
 		assert.Contains(t, rep.Breakers.Error, sick.Addr)
+		assert.Equal(t, []string{sick.Addr}, rep.MastersDown)
+		assert.Contains(t, rep.String(), "degraded (cluster): 2 of 3 masters serve (ping, cluster_state, write; slowest ")
+		assert.Contains(t, rep.String(), "; down "+sick.Addr+": ping: ")
 		assert.LessOrEqual(t, took, hungBound)
 		assert.True(t, c.Healthy(ctx, wellKey))
 
@@ -360,12 +380,19 @@ func TestCheckCluster(t *testing.T) {
 		assert.False(t, rep.Healthy, "%v", rep)
 		assert.False(t, rep.Degraded)
 
-		// The write key on the sick master: unhealthy, at once.
+		// The write key on the sick master: the other masters serve, so
+		// the check is degraded, at once, and says that its own master is
+		// out.
+		sickKey := cl.KeyOn(t, sick, "redisguard:health:cluster:")
 		start = time.Now()
-		rep = c.Check(ctx, CheckOptions{WriteKey: cl.KeyOn(t, sick, "redisguard:health:cluster:")})
-		assert.False(t, rep.Healthy, "%v", rep)
+		rep = c.Check(ctx, CheckOptions{WriteKey: sickKey})
+		assert.True(t, rep.Healthy, "%v", rep)
+		assert.True(t, rep.Degraded, "%v", rep)
 		assert.Contains(t, rep.Ping.Error, "node unavailable")
+		assert.Equal(t, []string{sick.Addr}, rep.MastersDown)
 		assert.LessOrEqual(t, time.Since(start), hungBound)
+		assert.True(t, c.Healthy(ctx, sickKey), "Healthy follows the same rule")
+		assert.False(t, c.Check(ctx, CheckOptions{WriteKey: sickKey, RequireAllShards: true}).Healthy)
 	})
 
 	t.Run("cluster_state fail seen without breakers", func(t *testing.T) {
@@ -386,8 +413,35 @@ func TestCheckCluster(t *testing.T) {
 		assert.False(t, rep.Healthy, "%v", rep)
 		assert.True(t, rep.Breakers.OK, "breakers are off")
 		assert.Equal(t, "cluster_state:fail", rep.ClusterState.Error)
-		assert.True(t, rep.Write.Skipped, "no write into a cluster that is down")
+		assert.Contains(t, rep.Write.Error, "CLUSTERDOWN", "a cluster that is down refuses the write")
+		assert.Len(t, rep.MastersDown, 3, "%v", rep)
 	})
+}
+
+// A ModeAuto Client whose one seed did not answer at NewClient runs
+// Standalone until the seed's first answer. A check that hears, on its own
+// connection, that the seed is a cluster node reports as a Cluster check of
+// the Client it became, not as a Standalone check whose write went
+// elsewhere, and quotes no reply it did not get.
+func TestCheckOfAClientThatLearnsItIsACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	seed, other := cl.Masters[0], cl.Masters[1]
+	for _, protocol := range []int{3, 2} {
+		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
+			seed.Pause(t)
+			c := newTestClient(t, Config{Addrs: []string{seed.Addr}, Protocol: protocol})
+			seed.Resume(t)
+			require.Equal(t, ModeStandalone, c.Mode(), "the seed did not answer at NewClient")
+			key := cl.KeyOn(t, other, "redisguard:health:late:")
+			rep := c.Check(testCtx(t, 20*time.Second), CheckOptions{WriteKey: key})
+			t.Logf("%v", rep)
+			assert.True(t, rep.Healthy, "%v", rep)
+			assert.Equal(t, "cluster", rep.Mode)
+			assert.Equal(t, other.Addr, rep.Write.Node, "the write key's master")
+			assert.Len(t, rep.Masters, 3)
+			assert.NotContains(t, rep.String(), `"redisguard:"`)
+		})
+	}
 }
 
 // Sentinel: the check goes to whichever server the sentinels call master.
@@ -455,6 +509,47 @@ func TestReportString(t *testing.T) {
 			name: "slow node",
 			rep:  Report{Mode: "cluster", Ping: ok, ClusterState: ok, Breakers: &StepResult{OK: true}, Slow: []string{"10.0.0.7:6379"}},
 			want: "degraded (cluster, 10.0.0.5:6379): ping 312µs, cluster_state 312µs, no master breaker open; slow: 10.0.0.7:6379",
+		},
+		{
+			name: "cluster, every master serves",
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Write: ok, Breakers: &StepResult{OK: true},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{OK: true, Node: "10.0.0.6:6379", Latency: 405 * time.Microsecond},
+				}},
+			want: "healthy (cluster): 2 of 2 masters serve (ping, cluster_state, write; slowest 405µs)",
+		},
+		{
+			name: "cluster, one master down",
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Write: ok,
+				Breakers: &StepResult{Error: "breaker open for master 10.0.0.6:6379"},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{Node: "10.0.0.6:6379", Error: "ping: redisguard: node unavailable (node 10.0.0.6:6379)"},
+					{Node: "10.0.0.7:6379", Error: "cluster_state:fail"},
+				},
+				MastersDown: []string{"10.0.0.6:6379", "10.0.0.7:6379"}},
+			want: "degraded (cluster): 1 of 3 masters serve (ping, cluster_state, write; slowest 312µs); " +
+				"down 10.0.0.6:6379: ping: redisguard: node unavailable (node 10.0.0.6:6379); " +
+				"down 10.0.0.7:6379: cluster_state:fail; breaker open for master 10.0.0.6:6379",
+		},
+		{
+			name: "cluster, one master down, every shard required",
+			all:  true,
+			rep: Report{Mode: "cluster", Ping: ok, ClusterState: ok, Breakers: &StepResult{OK: true},
+				Masters: []*StepResult{
+					{OK: true, Node: "10.0.0.5:6379", Latency: 312 * time.Microsecond},
+					{Node: "10.0.0.6:6379", Error: "cluster_state:fail"},
+				},
+				MastersDown: []string{"10.0.0.6:6379"}},
+			want: "unhealthy (cluster): 1 of 2 masters serve (ping, cluster_state; slowest 312µs), and every one is required; down 10.0.0.6:6379: cluster_state:fail",
+		},
+		{
+			name: "cluster, no master serves",
+			rep: Report{Mode: "cluster", Ping: &StepResult{Error: "x"}, Breakers: &StepResult{OK: true},
+				Masters:     []*StepResult{{Node: "10.0.0.5:6379", Error: "ping: redisguard: node failed: i/o timeout"}},
+				MastersDown: []string{"10.0.0.5:6379"}},
+			want: "unhealthy (cluster): 0 of 1 masters serve; down 10.0.0.5:6379: ping: redisguard: node failed: i/o timeout",
 		},
 		{
 			name: "skipped steps are left out",

@@ -178,7 +178,7 @@ func stripProcess(next redis.ProcessHook) redis.ProcessHook {
 
 // sealProcess is the user's chain, the set-up mark put back.
 func sealProcess(chain redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { return remarkHandshake(cmd, chain(ctx, cmd)) }
+	return func(ctx context.Context, cmd redis.Cmder) error { return remarkHandshake(ctx, cmd, chain(ctx, cmd)) }
 }
 
 func stripPipeline(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -191,7 +191,7 @@ func sealPipeline(chain redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 		if len(cmds) == 0 {
 			return err
 		}
-		return remarkHandshake(cmds[0], err)
+		return remarkHandshake(ctx, cmds[0], err)
 	}
 }
 

@@ -499,16 +499,17 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 //go:noinline
 func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
 	g := &ch.g
-	if isHandshake(cmd) {
-		// go-redis's own, for a connection: nothing of the facade's
-		// applies (its replies are go-redis's to judge, and a refusal is
-		// the caller's command's to ride out).
-		return handshake(ch.next(ctx, cmd), isHello(cmd))
-	}
 	if g.k.closed.Load() {
-		// Close outranks the breaker. In Standalone and Sentinel mode
-		// this hook runs before the facade's own check.
+		// Close outranks the breaker, and a connection's set-up: the
+		// operation that needed it ends with ErrClosed too. In Standalone
+		// and Sentinel mode this hook runs before the facade's own check.
 		return ErrClosed
+	}
+	if isHandshake(ctx, cmd) {
+		// Setting up a connection: nothing of the facade's applies (its
+		// replies are go-redis's to judge, and a refusal is the caller's
+		// command's to ride out).
+		return handshake(ch.next(ctx, cmd), isHello(cmd))
 	}
 	if g.nodes.topo != nil && isClusterSlots(cmd) {
 		if n.br.State() == breaker.Open {
@@ -628,7 +629,7 @@ func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 			return bc.viaUser(ctx, cmds)
 		}
 		n := bc.g.node()
-		if bc.unusual(n, cmds) {
+		if bc.unusual(ctx, n, cmds) {
 			return bc.guarded(ctx, cmds, n)
 		}
 		t, err := n.admit()
@@ -676,8 +677,8 @@ func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
 // a batch the facade hands to the long budget.
 //
 //go:noinline
-func (bc *batchChain) unusual(n *node, cmds []redis.Cmder) bool {
-	return (len(cmds) > 0 && isHandshake(cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() || bc.g.long ||
+func (bc *batchChain) unusual(ctx context.Context, n *node, cmds []redis.Cmder) bool {
+	return (len(cmds) > 0 && isHandshake(ctx, cmds[0])) || bc.g.k.closed.Load() || n.slow.Load() || bc.g.long ||
 		bc.g.nodes.sent.pending() || (bc.g.facade != nil && batchIsBlocking(cmds))
 }
 
@@ -701,11 +702,11 @@ func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *nod
 //go:noinline
 func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) error {
 	g := &bc.g
-	if len(cmds) > 0 && isHandshake(cmds[0]) {
-		return handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
-	}
 	if g.k.closed.Load() {
-		return failBatch(cmds, ErrClosed) // Close outranks the breaker, as in ProcessHook
+		return failBatch(cmds, ErrClosed) // Close outranks the breaker and a set-up, as in ProcessHook
+	}
+	if len(cmds) > 0 && isHandshake(ctx, cmds[0]) {
+		return handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
 	}
 	if g.nodes.sent.pending() {
 		// go-redis sends a failed batch again whole: not the commands of it

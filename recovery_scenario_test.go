@@ -158,9 +158,7 @@ func TestScenarioRestartedServerRecovers(t *testing.T) {
 // and with one pair through every restart (a crash loop, which must not
 // look like a flapping node: each restart is found as fast as the first).
 func TestScenarioRestartRecoveryIsNeverBimodal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	srv := redistest.StartServer(t)
 	for _, fresh := range []bool{true, false} {
 		name := map[bool]string{true: "fresh clients each run", false: "one client through every restart"}[fresh]
@@ -230,9 +228,7 @@ func waitAccepting(addr string, limit time.Duration) time.Time {
 // A cluster master without a replica hangs for three seconds and resumes.
 // The probe waiting on it is answered the moment it resumes.
 func TestScenarioPausedClusterMasterRecovers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
 	sick := cl.Masters[0]
 	keys := []string{cl.KeyOn(t, sick, "recover:a"), cl.KeyOn(t, sick, "recover:b")}
@@ -267,9 +263,7 @@ func TestScenarioPausedClusterMasterRecovers(t *testing.T) {
 // redisguard's breaker is per address: the new master's is closed, and the
 // sentinels, asked while the old master's breaker is open, name it.
 func TestScenarioSentinelPromotionRecovers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	stock := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: g.MasterName, SentinelAddrs: g.Addrs(), ReadTimeout: recoveryReadTimeout,
@@ -308,9 +302,7 @@ func TestScenarioSentinelPromotionRecovers(t *testing.T) {
 // Sentinel: the master and the sentinel the clients listen to (the only one
 // they are configured with) die together, so no +switch-master reaches them.
 func TestScenarioSentinelListenedSentinelDies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	listened := g.Sentinels[0]
 	stock := redis.NewFailoverClient(&redis.FailoverOptions{

@@ -222,9 +222,7 @@ func checkMasterPreferred(t *testing.T, s replicaSetup) {
 
 // A cluster master hangs for less than cluster-node-timeout (5s).
 func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl, keys := startReplicaCluster(t)
 	checkMasterPreferred(t, replicaSetup{
 		what:   fmt.Sprintf("cluster, 3 masters + 3 replicas, cluster-node-timeout %s", replicaNodeTimeout),
@@ -240,9 +238,7 @@ func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
 // A Sentinel-managed master hangs for less than down-after-milliseconds
 // (5s): the sentinels do not fail it over.
 func TestScenarioSentinelReplicaServesPausedMastersReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	ctx := testCtx(t, 10*time.Second)
 	for _, s := range g.Sentinels {
@@ -280,9 +276,7 @@ func TestScenarioSentinelReplicaServesPausedMastersReads(t *testing.T) {
 // master for 4s serves no reads: each fails with ErrNodeUnavailable naming
 // the master.
 func TestScenarioStaleReplicaServesNoReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl, keys := startReplicaCluster(t)
 	// Past 4s, but short of the failure detection cluster-node-timeout
 	// starts: the replica must not be promoted meanwhile.

@@ -27,6 +27,23 @@ import (
 // scenarioFull reports whether scenarios run at full length with strict targets.
 func scenarioFull() bool { return os.Getenv("REDISGUARD_SCENARIO") == "full" }
 
+// sideBySide starts a long real-server test that spends its time waiting
+// for failovers, elections and timeouts rather than computing: skipped
+// under -short, and under `make test` run beside one other such test (go
+// test's -parallel, GOMAXPROCS by default), which keeps the suite within
+// CI's budget on two cores. Its short-form bounds leave room for that. At
+// full length (`make scenarios`) it runs alone: its figures are the issues'
+// targets.
+func sideBySide(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long real-server test")
+	}
+	if !scenarioFull() {
+		t.Parallel()
+	}
+}
+
 // pick returns full in full mode, short otherwise.
 func pick[T any](full, short T) T {
 	if scenarioFull() {

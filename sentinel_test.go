@@ -25,6 +25,7 @@ import (
 // Both clients find the new master; redisguard's breaker follows its address
 // and no write of redisguard's is answered READONLY.
 func TestSentinelSwitchMasterThatNeverArrives(t *testing.T) {
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	proxy, err := faultproxy.New(g.Sentinels[0].Addr)
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package redisguard
 
 import (
+	"context"
 	"errors"
 
 	"github.com/redis/go-redis/v9"
@@ -79,9 +80,10 @@ func markHandshake(err error, answered bool) error {
 }
 
 // remarkHandshake puts the mark back on what a user's hook returned for
-// cmd, if cmd is a handshake command that failed on the network.
-func remarkHandshake(cmd redis.Cmder, err error) error {
-	if err == nil || !isNetworkError(err) || isSetupFailure(err) || !isHandshake(cmd) {
+// cmd, sent with ctx, if cmd is a handshake command that failed on the
+// network.
+func remarkHandshake(ctx context.Context, cmd redis.Cmder, err error) error {
+	if err == nil || !isNetworkError(err) || isSetupFailure(err) || !isHandshake(ctx, cmd) {
 		return err
 	}
 	return handshake(err, isHello(cmd))
@@ -91,6 +93,27 @@ func remarkHandshake(cmd redis.Cmder, err error) error {
 // PubSub's connection, first or after a reconnect.
 const pubSubConn = "github.com/redis/go-redis/v9.(*PubSub).conn"
 
-// connInit is the go-redis function on the stack of every handshake command
-// it sends on a fresh connection, and of no command a caller sends.
-const connInit = "github.com/redis/go-redis/v9.(*baseClient).initConn"
+// setUpKey marks the context an OnConnect runs with (duringSetUp).
+type setUpKey struct{}
+
+// duringSetUp returns onConnect run with a context that says its commands
+// set up the connection (settingUp): go-redis calls the Options' OnConnect
+// at the end of initConn, on the fresh connection, from inside the
+// operation that needed it. nil stays nil, and a context already marked is
+// passed on as it is.
+func duringSetUp(onConnect func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	if onConnect == nil {
+		return nil
+	}
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if !settingUp(ctx) {
+			ctx = context.WithValue(ctx, setUpKey{}, true)
+		}
+		return onConnect(ctx, cn)
+	}
+}
+
+// settingUp reports whether ctx is one an OnConnect runs with.
+func settingUp(ctx context.Context) bool {
+	return ctx.Value(setUpKey{}) != nil
+}

@@ -19,9 +19,7 @@ import (
 // client that the node is gone: the subscriptions themselves must notice,
 // and follow the promotion.
 func TestScenarioSubscriberOnlyProcessFollowsFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	owner := cl.Masters[0]
 	partner := replicaOf(cl, owner)

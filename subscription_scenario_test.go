@@ -193,9 +193,7 @@ func noPubSubClients(t *testing.T, nodes ...*redistest.Server) {
 // node as soon as the master's breaker opens; a sharded one follows the
 // promotion. go-redis alone is measured beside, in the same run.
 func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	owner, other := cl.Masters[0], cl.Masters[1]
 	partner := replicaOf(cl, owner)
@@ -361,9 +359,7 @@ func TestScenarioSubscriptionsFollowClusterFailover(t *testing.T) {
 // A Sentinel-managed master hangs; the sentinels promote its replica. The
 // subscription follows the new master once the sentinels name it.
 func TestScenarioSubscriptionsFollowSentinelFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	g := redistest.StartSentinel(t)
 	ctx := testCtx(t, time.Minute)
 	var events eventLog

@@ -190,14 +190,20 @@ func TestRunUsage(t *testing.T) {
 	assert.Equal(t, 2, run([]string{"demo", "--nope"}, &out, &errOut))
 }
 
-// go-redis's own log lines (a failed dial, here) stay off the probe's output
-// unless asked for with --verbose.
+// go-redis's own log lines stay off the probe's output unless asked for
+// with --verbose. The lines here are those of go-redis's failover client,
+// which asks the sentinels itself ("sentinel: GetMasterAddrByName ...
+// failed"): redisguard's own probes write none, so a standalone address
+// that refuses connections leaves nothing to route.
 func TestProbeOutputIsClean(t *testing.T) {
 	t.Cleanup(logging.Enable) // go-redis's own default, for the other tests
-	code, stdout, stderr := runProbe(t, "--addr", "127.0.0.1:1", "--timeout", "300ms")
+	args := []string{"--master-name", "mymaster", "--addr", "127.0.0.1:1", "--timeout", "300ms"}
+	code, stdout, stderr := runProbe(t, args...)
 	assert.Equal(t, exitUnhealthy, code)
 	assert.Contains(t, stdout, "unhealthy")
 	assert.NotContains(t, stderr, "source=go-redis")
-	_, _, stderr = runProbe(t, "--addr", "127.0.0.1:1", "--timeout", "300ms", "--verbose")
+	_, _, stderr = runProbe(t, append(args, "--verbose")...)
 	assert.Contains(t, stderr, "source=go-redis")
+	_, _, stderr = runProbe(t, "--addr", "127.0.0.1:1", "--timeout", "300ms", "--verbose")
+	assert.NotContains(t, stderr, "source=go-redis", "a probe's failed dial")
 }
