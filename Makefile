@@ -4,7 +4,7 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: test bench bench-scale scenarios chaos lint demo
+.PHONY: test bench bench-scale scenarios chaos goredis-suite lint demo
 
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -32,6 +32,13 @@ scenarios:
 # invariants report. `make test` runs the same soak with 20s of faults.
 chaos:
 	REDISGUARD_CHAOS=60s $(GO) test -race -count=1 -v -run TestChaos -timeout 20m .
+
+# go-redis v9.23.0's own Ginkgo suite, run with go-redis alone and through
+# redisguard, compared spec by spec (docs/migrating.md records the result).
+# Not part of `make test`: about seven minutes, on the suite's fixed ports;
+# needs redis-server, redis-cli and jq. WORK=DIR keeps the copies and reports.
+goredis-suite:
+	bash internal/goredissuite/run.sh $(WORK)
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -279,3 +279,31 @@ func TestScenarioAutoPipelinePausedServerDefaults(t *testing.T) {
 	assert.Less(t, guardedTook, time.Second/10)
 	assert.Less(t, first, 30*time.Second, "the breaker opens within a few default read timeouts")
 }
+
+// FullDuplex is refused, in Config and at the call, with ErrInvalidConfig:
+// go-redis writes a full-duplex command before any hook runs, so no breaker
+// could refuse it. The half-duplex options still work.
+func TestFullDuplexIsRefused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	fd := &redis.AutoPipelineOptions{FullDuplex: true}
+	_, err := NewClient(Config{Addrs: []string{srv.Addr}, AutoPipelineOptions: fd})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "FullDuplex")
+
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	for name, build := range map[string]func(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error){
+		"AutoPipelineWithOptions":      c.AutoPipelineWithOptions,
+		"AsyncAutoPipelineWithOptions": c.AsyncAutoPipelineWithOptions,
+	} {
+		ap, err := build(fd)
+		assert.Nil(t, ap, name)
+		require.ErrorIs(t, err, ErrInvalidConfig, name)
+		assert.Contains(t, err.Error(), name)
+
+		ap, err = build(&redis.AutoPipelineOptions{MaxBatchSize: 10})
+		require.NoError(t, err, name)
+		ctx := testCtx(t, 5*time.Second)
+		assert.NoError(t, ap.Set(ctx, "fd:k", "v", 0).Err(), name)
+		assert.NoError(t, ap.Close(), name)
+	}
+}

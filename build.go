@@ -265,6 +265,15 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 				co.FailingTimeoutSeconds = 1
 			}
 		}
+		co.ClusterStateReloadInterval = cfg.ClusterStateReloadInterval
+		co.DisableRoutingPolicies = cfg.DisableRoutingPolicies
+		if cfg.ShardPicker != nil {
+			co.ShardPicker = cfg.ShardPicker
+		}
+		if cfg.ClusterSlots != nil {
+			// Every cluster client's map comes through the one cache.
+			co.ClusterSlots = h.topo.clusterSlots(cfg.ClusterSlots)
+		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
 			opt.ReadTimeout = cfg.ReadTimeout
 			if rr != nil && !co.ReadOnly {
@@ -405,6 +414,7 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		FailingTimeoutSeconds:        cfg.FailingTimeoutSeconds,
 		PushNotificationProcessor:    cfg.PushNotificationProcessor,
 		AutoPipelineOptions:          cfg.AutoPipelineOptions,
+		RouteByLatencyTolerance:      cfg.RouteByLatencyTolerance,
 
 		ClientSideCacheConfig:                  cfg.ClientSideCacheConfig,
 		ClientSideCache:                        cfg.ClientSideCache,

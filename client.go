@@ -195,7 +195,7 @@ func (c *Client) Mode() Mode { return c.current().cfg.Mode }
 // because their connections are closed; every later call, including those on
 // retained Pipelines, Txs, PubSubs and AutoPipeliners, fails with ErrClosed
 // (or, for a PubSub or an AutoPipeliner, with go-redis's closed error) and
-// opens no socket.
+// opens no socket. errors.Is(err, redis.ErrClosed) holds for either.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)

@@ -243,10 +243,14 @@ func TestCloseIsTerminal(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, c.BLPop(ctx, time.Second, "close:list").Err(), ErrClosed)
 
+	// Code written for go-redis's closed client matches every one of them.
+	assert.ErrorIs(t, c.Get(ctx, "close:k").Err(), redis.ErrClosed)
+	assert.ErrorIs(t, c.BLPop(ctx, time.Second, "close:list").Err(), redis.ErrClosed)
+
 	_, err = ps.Receive(ctx)
-	assert.Error(t, err, "a retained PubSub must fail after Close")
+	assert.Error(t, err, "a retained PubSub must fail after Close") // its closed connection's, as in go-redis
 	_, err = c.Subscribe(ctx, "close:chan2").Receive(ctx)
-	assert.Error(t, err, "a new PubSub must fail after Close")
+	assert.ErrorIs(t, err, redis.ErrClosed, "a new PubSub must fail after Close")
 
 	assert.NoError(t, c.Close(), "a second Close is a no-op")
 	assert.Equal(t, connsBefore, srv.Info(t, "stats")["total_connections_received"],

@@ -64,7 +64,7 @@ func applyDetected(cfg *Config, mode Mode) error {
 		return err
 	}
 	if mode != ModeCluster {
-		return nil
+		return cfg.validateClusterOnly()
 	}
 	if cfg.DB != 0 {
 		return invalid("DB", "is %d, but %s is a cluster node and Redis Cluster only has database 0", cfg.DB, cfg.Addrs[0])

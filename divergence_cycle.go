@@ -48,6 +48,9 @@ func (h divergenceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // ErrSlotMapCorruption, forcing one refresh, and returns err, or the first
 // command's new error if err was a redirect itself.
 func (d *divergence) endPipelineRedirects(cmds []redis.Cmder, err error) error {
+	if d.k.cfg.MaxRedirects == NoRedirects {
+		return err // the caller asked for the redirects themselves
+	}
 	var first error
 	for _, cmd := range cmds {
 		slot, _, ok := redirectOf(cmd.Err())
@@ -86,7 +89,7 @@ func (h divergenceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // which case it decides as described at the top of divergence.go. The healthy
 // path (nil, redis.Nil) allocates nothing.
 func (d *divergence) resolveRedirect(ctx context.Context, cmd redis.Cmder, err error, next redis.ProcessHook) error {
-	if d.topo == nil || err == nil || err == redis.Nil {
+	if d.topo == nil || err == nil || err == redis.Nil || d.k.cfg.MaxRedirects == NoRedirects {
 		return err
 	}
 	slot, target, ok := redirectOf(err)

@@ -19,7 +19,12 @@ import (
 // open breaker or an exhausted budget must end the command instead.
 var (
 	// ErrClosed is returned by every operation on a Client after Close.
-	ErrClosed = errors.New("redisguard: client is closed")
+	// errors.Is also takes it for go-redis's redis.ErrClosed, so code
+	// written for go-redis's closed client matches it; the reverse does
+	// not hold: a PubSub or an AutoPipeliner closed on its own returns
+	// redis.ErrClosed, which is not ErrClosed. Compare with errors.Is, not
+	// with == or the message.
+	ErrClosed error = closedError{}
 
 	// ErrInvalidConfig is wrapped by every configuration error, whether from
 	// NewClient or from parsing a URL. The wrapping error names the field.
@@ -109,6 +114,15 @@ var (
 	errSubscribeCommand = fmt.Errorf("%w; use Subscribe, PSubscribe or SSubscribe", ErrHoldingCommand)
 	errMonitorCommand   = fmt.Errorf("%w; MONITOR is not supported, use redis-cli", ErrHoldingCommand)
 )
+
+// closedError is ErrClosed's type: a value of its own that errors.Is
+// matches with redis.ErrClosed too.
+type closedError struct{}
+
+func (closedError) Error() string { return "redisguard: client is closed" }
+
+// Is reports whether target is go-redis's closed error.
+func (closedError) Is(target error) bool { return target == redis.ErrClosed }
 
 // NodeError is the one typed error: a failure attributable to one node. Err
 // is a sentinel above (ErrNodeUnavailable, ErrPoolExhausted...), or wraps

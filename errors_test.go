@@ -54,3 +54,26 @@ func TestErrorsAreNotRetryableToGoRedis(t *testing.T) {
 	assert.ErrorIs(t, fmt.Errorf("wrapped: %w", ne), ErrNodeUnavailable)
 	assert.Contains(t, ne.Error(), "10.0.0.1:6379")
 }
+
+// ErrClosed is redisguard's own value, and errors.Is takes it for go-redis's
+// closed error too, wrapped or not; go-redis's is not redisguard's.
+func TestErrClosedMatchesGoRedisClosed(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		target error
+		want   bool
+	}{
+		{"ErrClosed is redis.ErrClosed", ErrClosed, redis.ErrClosed, true},
+		{"wrapped ErrClosed is redis.ErrClosed", fmt.Errorf("op: %w", ErrClosed), redis.ErrClosed, true},
+		{"ErrClosed is itself", ErrClosed, ErrClosed, true},
+		{"redis.ErrClosed is not ErrClosed", redis.ErrClosed, ErrClosed, false},
+		{"ErrClosed is no other sentinel", ErrClosed, ErrNodeUnavailable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, errors.Is(tt.err, tt.target))
+		})
+	}
+	assert.NotEqual(t, redis.ErrClosed, ErrClosed, "ErrClosed is a value of its own")
+}

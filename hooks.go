@@ -151,15 +151,48 @@ func (l userLayer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // process returns next wrapped in u's current process hooks (see wrapped);
 // the userLayer and, in Standalone mode, the node guard run the user's
 // hooks through it.
+//
+// The user's hooks see the errors of go-redis's handshake commands as
+// go-redis returns them, without the set-up mark (setup.go), which the
+// chain puts back for the guard that waits above.
 func (u *userHooks) process(next redis.ProcessHook) *wrapped[redis.ProcessHook] {
-	return around(u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	w := around(u, next, func(h redis.Hook, next redis.ProcessHook) redis.ProcessHook { return h.ProcessHook(next) })
+	w.strip, w.seal = stripProcess, sealProcess
+	return w
 }
 
 // pipeline is process for pipeline hooks.
 func (u *userHooks) pipeline(next redis.ProcessPipelineHook) *wrapped[redis.ProcessPipelineHook] {
-	return around(u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	w := around(u, next, func(h redis.Hook, next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 		return h.ProcessPipelineHook(next)
 	})
+	w.strip, w.seal = stripPipeline, sealPipeline
+	return w
+}
+
+// stripProcess is next as the user's innermost hook calls it: the set-up
+// mark removed.
+func stripProcess(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return withoutSetup(next(ctx, cmd)) }
+}
+
+// sealProcess is the user's chain, the set-up mark put back.
+func sealProcess(chain redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return remarkHandshake(ctx, cmd, chain(ctx, cmd)) }
+}
+
+func stripPipeline(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { return withoutSetup(next(ctx, cmds)) }
+}
+
+func sealPipeline(chain redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := chain(ctx, cmds)
+		if len(cmds) == 0 {
+			return err
+		}
+		return remarkHandshake(ctx, cmds[0], err)
+	}
 }
 
 // wrapped is next wrapped in u's current hooks, the first outermost. The
@@ -171,10 +204,12 @@ func (u *userHooks) pipeline(next redis.ProcessPipelineHook) *wrapped[redis.Proc
 // One allocation: go-redis's AutoPipeliner builds its client's hook chain
 // again for every batch it sends, and so every hook's chain with it.
 type wrapped[F any] struct {
-	u    *userHooks
-	next F
-	wrap func(redis.Hook, F) F
-	cur  atomic.Pointer[userChain[F]]
+	u     *userHooks
+	next  F
+	wrap  func(redis.Hook, F) F
+	strip func(F) F // if set, next as the innermost hook calls it
+	seal  func(F) F // if set, around a built chain
+	cur   atomic.Pointer[userChain[F]]
 }
 
 // userChain is a chain that wrapped built, and the hooks it was built from.
@@ -197,10 +232,16 @@ func (w *wrapped[F]) get() F {
 		return c.fn
 	}
 	fn := w.next
+	if w.strip != nil {
+		fn = w.strip(fn)
+	}
 	for i := len(*hooks) - 1; i >= 0; i-- {
 		if h := w.wrap((*hooks)[i], fn); !isNilFunc(h) {
 			fn = h
 		}
+	}
+	if w.seal != nil {
+		fn = w.seal(fn)
 	}
 	w.cur.Store(&userChain[F]{from: hooks, fn: fn})
 	return fn

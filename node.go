@@ -870,7 +870,7 @@ func handshake(err error, first bool) error {
 		return refused // the guard's own verdict on the dial (nodeGuard.DialHook)
 	}
 	if err != nil && isNetworkError(err) {
-		return setupFailure(err, !first)
+		return markHandshake(err, !first)
 	}
 	return err
 }

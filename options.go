@@ -25,9 +25,10 @@ const (
 	// NewClient asks the server once (HELLO, bounded by DialTimeout and at
 	// most a second) whether it is a cluster node, and runs as
 	// Cluster or Standalone accordingly; a Kubernetes Service in front of a
-	// cluster needs no other setting. If the server cannot be reached then,
-	// the client runs Standalone, and a MOVED reply later fails with an error
-	// that says the mode could not be told and to set Mode.
+	// cluster needs no other setting. If the server does not answer then,
+	// the client runs Standalone until it does, and its first answer
+	// decides: a cluster node's HELLO reply, or a MOVED or ASK, makes every
+	// later command, pipeline and subscription Cluster-mode.
 	ModeAuto Mode = iota
 	// ModeStandalone talks to one server.
 	ModeStandalone
@@ -70,6 +71,10 @@ const (
 	DefaultSlowNodeMarkAfter    = time.Second
 	DefaultSlowNodeEjection     = 5 * time.Second
 )
+
+// NoRedirects, as Config.MaxRedirects, follows no MOVED or ASK redirect:
+// go-redis's -1.
+const NoRedirects = -1
 
 // maxConnections is the largest MaxConnections and MaxLongConnections
 // accepted. go-redis keeps a pool's size in an int32 and panics past it, and
@@ -213,7 +218,8 @@ type Config struct {
 	SlowNodeEjection  time.Duration
 
 	// MaxRedirects is the number of MOVED/ASK redirects (and retries) per
-	// command in Cluster mode.
+	// command in Cluster mode. NoRedirects follows none (go-redis's -1): a
+	// MOVED or ASK reply reaches the caller as the command's error.
 	// default: DefaultMaxRedirects (3, as go-redis)
 	MaxRedirects int
 
@@ -370,9 +376,49 @@ type Config struct {
 	PushNotificationProcessor push.NotificationProcessor
 
 	// AutoPipelineOptions is the default configuration of AutoPipeline and
-	// AsyncAutoPipeline.
+	// AsyncAutoPipeline. FullDuplex is refused: go-redis writes a
+	// full-duplex command before any hook runs, so an open breaker could
+	// not refuse it.
 	// default: go-redis's defaults
 	AutoPipelineOptions *redis.AutoPipelineOptions
+
+	// RouteByLatencyTolerance, with ReadFromNearest in Cluster mode, takes
+	// every node whose latency is within this of the fastest node's as
+	// equally near, and spreads the reads among them (go-redis's, with
+	// its RouteByLatency).
+	// default: 0, the single fastest node
+	RouteByLatencyTolerance time.Duration
+
+	// The fields below are go-redis's redis.ClusterOptions, for Cluster
+	// mode only; anything but their zero value in another mode is an
+	// ErrInvalidConfig.
+
+	// ClusterSlots, when set, is the slot map in place of CLUSTER SLOTS:
+	// for a cluster behind proxies, or shards made by hand of servers
+	// that are not cluster nodes. It is called as CLUSTER SLOTS would be
+	// sent, through the same cache: one call at a time for every go-redis
+	// client the Client runs, and a map younger than half a second is
+	// reused. It makes ModeAuto Cluster, and Addrs may then be empty.
+	// default: nil, ask the nodes
+	ClusterSlots func(context.Context) ([]redis.ClusterSlot, error)
+
+	// ClusterStateReloadInterval is how often go-redis reloads the slot
+	// map without being asked to (redirects and failures still reload it
+	// at once, within the cache's limits).
+	// default: 60s (as go-redis)
+	ClusterStateReloadInterval time.Duration
+
+	// DisableRoutingPolicies turns off go-redis's command routing by the
+	// servers' request and response policies (COMMAND DOCS), so that
+	// keyless commands are routed as before go-redis v9.17.
+	// default: false
+	DisableRoutingPolicies bool
+
+	// ShardPicker picks the node of a keyless command whose request policy
+	// leaves the choice to the client: Next(n) returns an index below n.
+	// go-redis's routing.ShardPicker, whose package cannot be imported.
+	// default: go-redis's round robin
+	ShardPicker interface{ Next(total int) int }
 
 	// ClientSideCacheConfig or ClientSideCache turns on go-redis's
 	// client-side cache (RESP3 server-assisted invalidation); the other
@@ -454,8 +500,8 @@ func (cfg Config) resolve() (Config, error) {
 // validate reports the first thing wrong with cfg, as an ErrInvalidConfig
 // naming the field, and resolves ModeAuto to the concrete mode.
 func (cfg *Config) validate() error {
-	if len(cfg.Addrs) == 0 {
-		return invalid("Addrs", "is empty: need at least one host:port")
+	if len(cfg.Addrs) == 0 && (cfg.ClusterSlots == nil || (cfg.Mode != ModeAuto && cfg.Mode != ModeCluster)) {
+		return invalid("Addrs", "is empty: need at least one host:port (or, in Cluster mode, ClusterSlots)")
 	}
 	for i, a := range cfg.Addrs {
 		if strings.TrimSpace(a) == "" {
@@ -471,7 +517,7 @@ func (cfg *Config) validate() error {
 		switch {
 		case cfg.MasterName != "":
 			cfg.Mode = ModeSentinel
-		case len(cfg.Addrs) > 1:
+		case len(cfg.Addrs) > 1, cfg.ClusterSlots != nil:
 			cfg.Mode = ModeCluster
 		}
 		// One address stays ModeAuto: NewClient asks the server.
@@ -507,7 +553,6 @@ func (cfg *Config) validate() error {
 		{"PoolTimeout", int64(cfg.PoolTimeout)},
 		{"NodeRecoveryTime", int64(cfg.NodeRecoveryTime)},
 		{"HungNodeAfter", int64(cfg.HungNodeAfter)},
-		{"MaxRedirects", int64(cfg.MaxRedirects)},
 		{"ClusterNodeTimeout", int64(cfg.ClusterNodeTimeout)},
 		{"HealthWriteTTL", int64(cfg.HealthWriteTTL)},
 		{"SlowNodeFloor", int64(cfg.SlowNodeFloor)},
@@ -522,6 +567,9 @@ func (cfg *Config) validate() error {
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
 		}
+	}
+	if cfg.MaxRedirects < 0 && cfg.MaxRedirects != NoRedirects {
+		return invalid("MaxRedirects", "is %d; NoRedirects (-1) follows no redirect, 0 means %d", cfg.MaxRedirects, DefaultMaxRedirects)
 	}
 	if err := cfg.validateReadFrom(); err != nil {
 		return err

@@ -27,6 +27,8 @@ func (cfg *Config) validateGoRedis() error {
 		{"WriteBufferSize", int64(cfg.WriteBufferSize)},
 		{"FailingTimeoutSeconds", int64(cfg.FailingTimeoutSeconds)},
 		{"ClientSideCacheInvalidationBatchWindow", int64(cfg.ClientSideCacheInvalidationBatchWindow)},
+		{"RouteByLatencyTolerance", int64(cfg.RouteByLatencyTolerance)},
+		{"ClusterStateReloadInterval", int64(cfg.ClusterStateReloadInterval)},
 	} {
 		if f.v < 0 {
 			return invalid(f.name, "is negative (%d)", f.v)
@@ -44,6 +46,16 @@ func (cfg *Config) validateGoRedis() error {
 	}
 	if cfg.MaxActiveConns != 0 && cfg.MaxActiveConns < size {
 		return invalid("MaxActiveConns", "is %d, less than MaxConnections (%d): go-redis would fail the extra commands at once instead of waiting PoolTimeout; lower MaxConnections instead", cfg.MaxActiveConns, size)
+	}
+
+	if cfg.RouteByLatencyTolerance != 0 && cfg.ReadFrom != ReadFromNearest {
+		return invalid("RouteByLatencyTolerance", "is set, but ReadFrom is %s; it widens ReadFromNearest's choice of node", cfg.ReadFrom)
+	}
+	if err := cfg.validateClusterOnly(); err != nil {
+		return err
+	}
+	if err := refuseFullDuplex("AutoPipelineOptions", cfg.AutoPipelineOptions); err != nil {
+		return err
 	}
 
 	// The fields redisguard owns.
@@ -75,6 +87,30 @@ func (cfg *Config) validateGoRedis() error {
 		return invalid("MaintNotificationsConfig", "has Mode %q; go-redis's maintenance handling relaxes timeouts and hands connections over behind the breakers, so redisguard keeps it disabled", m.Mode)
 	}
 	return cfg.validateCache()
+}
+
+// validateClusterOnly refuses go-redis's ClusterOptions fields outside
+// Cluster mode, where go-redis has no use for them; ModeAuto is checked
+// again once the server has said which mode it is.
+func (cfg *Config) validateClusterOnly() error {
+	if cfg.Mode == ModeAuto || cfg.Mode == ModeCluster {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"ClusterSlots", cfg.ClusterSlots != nil},
+		{"ClusterStateReloadInterval", cfg.ClusterStateReloadInterval != 0},
+		{"DisableRoutingPolicies", cfg.DisableRoutingPolicies},
+		{"ShardPicker", cfg.ShardPicker != nil},
+		{"RouteByLatencyTolerance", cfg.RouteByLatencyTolerance != 0},
+	} {
+		if f.set {
+			return invalid(f.name, "is set, but it is a Cluster-mode option and the mode is %s", cfg.Mode)
+		}
+	}
+	return nil
 }
 
 // validateCache refuses client-side cache settings go-redis would quietly

@@ -34,11 +34,10 @@ var ownedOptions = []string{
 // coveredOptions are the redis.UniversalOptions fields Config has under
 // another name.
 var coveredOptions = map[string]string{
-	"IsClusterMode":           "Mode",
-	"ReadOnly":                "read_from",
-	"RouteByLatency":          "read_from",
-	"RouteByLatencyTolerance": "read_from",
-	"RouteRandomly":           "read_from",
+	"IsClusterMode":  "Mode",
+	"ReadOnly":       "read_from",
+	"RouteByLatency": "read_from",
+	"RouteRandomly":  "read_from",
 }
 
 // Config carries every redis.UniversalOptions field with go-redis's name
@@ -120,7 +119,8 @@ func TestGoRedisOptionsValidation(t *testing.T) {
 	const secret = "s3cret-password"
 	creds := func() (string, string) { return "u", secret }
 	csc := &redis.ClientSideCacheConfig{MaxEntries: 10}
-	one := []string{"a:1"}
+	one, two := []string{"a:1"}, []string{"a:1", "b:2"}
+	slots := func(context.Context) ([]redis.ClusterSlot, error) { return nil, nil }
 	tests := []struct {
 		name  string
 		cfg   Config
@@ -176,6 +176,22 @@ func TestGoRedisOptionsValidation(t *testing.T) {
 		{"cache knob without a cache", Config{Addrs: one, ClientSideCacheRefreshOnInvalidate: true}, "ClientSideCacheRefreshOnInvalidate"},
 		{"cache window without a cache", Config{Addrs: one, ClientSideCacheInvalidationBatchWindow: time.Millisecond}, "ClientSideCacheInvalidationBatchWindow"},
 		{"negative cache window", Config{Addrs: one, ClientSideCacheConfig: csc, ClientSideCacheInvalidationBatchWindow: -1}, "ClientSideCacheInvalidationBatchWindow"},
+
+		{"NoRedirects", Config{Addrs: two, MaxRedirects: NoRedirects}, ""},
+		{"MaxRedirects -2", Config{Addrs: two, MaxRedirects: -2}, "MaxRedirects"},
+		{"ClusterSlots", Config{Addrs: two, ClusterSlots: slots}, ""},
+		{"ClusterSlots on one server", Config{Addrs: one, ClusterSlots: slots}, "ClusterSlots"},
+		{"ClusterSlots in Sentinel mode", Config{Addrs: one, MasterName: "m", ClusterSlots: slots}, "ClusterSlots"},
+		{"ClusterStateReloadInterval", Config{Addrs: two, ClusterStateReloadInterval: time.Second}, ""},
+		{"negative ClusterStateReloadInterval", Config{Addrs: two, ClusterStateReloadInterval: -1}, "ClusterStateReloadInterval"},
+		{"ClusterStateReloadInterval on one server", Config{Addrs: one, ClusterStateReloadInterval: time.Second}, "ClusterStateReloadInterval"},
+		{"DisableRoutingPolicies", Config{Addrs: two, DisableRoutingPolicies: true}, ""},
+		{"DisableRoutingPolicies on one server", Config{Addrs: one, DisableRoutingPolicies: true}, "DisableRoutingPolicies"},
+		{"ShardPicker", Config{Addrs: two, ShardPicker: firstShard{}}, ""},
+		{"ShardPicker on one server", Config{Addrs: one, ShardPicker: firstShard{}}, "ShardPicker"},
+		{"RouteByLatencyTolerance", Config{Addrs: two, ReadFrom: ReadFromNearest, RouteByLatencyTolerance: time.Millisecond}, ""},
+		{"RouteByLatencyTolerance without ReadFromNearest", Config{Addrs: two, RouteByLatencyTolerance: time.Millisecond}, "RouteByLatencyTolerance"},
+		{"negative RouteByLatencyTolerance", Config{Addrs: two, ReadFrom: ReadFromNearest, RouteByLatencyTolerance: -1}, "RouteByLatencyTolerance"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +213,45 @@ func TestGoRedisOptionsValidation(t *testing.T) {
 			assert.NotContains(t, err.Error(), secret)
 		})
 	}
+}
+
+// firstShard is a ShardPicker that always picks the first node.
+type firstShard struct{}
+
+func (firstShard) Next(int) int { return 0 }
+
+// The go-redis ClusterOptions fields reach every cluster client a Client
+// runs: the ordinary one and the long one.
+func TestClusterOptionsReachTheClusterClients(t *testing.T) {
+	srv := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 2})
+	var calls atomic.Int32
+	slots := func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		calls.Add(1)
+		return srv.Masters[0].Admin().ClusterSlots(ctx).Result()
+	}
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: srv.ClientAddrs(), ClusterSlots: slots,
+		ClusterStateReloadInterval: 7 * time.Second, DisableRoutingPolicies: true, ShardPicker: firstShard{}})
+	ctx := testCtx(t, 20*time.Second)
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	assert.Positive(t, calls.Load(), "the slot map comes from ClusterSlots")
+	long, _ := c.longClient()
+	t.Cleanup(func() { _ = long.Close() })
+	for name, cc := range map[string]*redis.ClusterClient{"ordinary": c.ClusterClient(), "long": long.(*redis.ClusterClient)} {
+		opt := cc.Options()
+		assert.Equal(t, 7*time.Second, opt.ClusterStateReloadInterval, name)
+		assert.True(t, opt.DisableRoutingPolicies, name)
+		assert.Equal(t, firstShard{}, opt.ShardPicker, name)
+		assert.NotNil(t, opt.ClusterSlots, name)
+	}
+}
+
+// A server that ModeAuto finds to be a single server refuses the
+// Cluster-mode options.
+func TestDetectedStandaloneRefusesClusterOptions(t *testing.T) {
+	cfg := Config{Addrs: []string{"a:1"}, ShardPicker: firstShard{}}
+	err := applyDetected(&cfg, ModeStandalone)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "ShardPicker")
 }
 
 // PoolSize, go-redis's name for MaxConnections, sizes the pools when

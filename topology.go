@@ -105,11 +105,29 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	if !ok {
 		return send(ctx, cmd)
 	}
-	if cached := t.fresh(); cached != nil {
-		sc.SetVal(cached)
-		return nil
+	slots, err := t.load(ctx, func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		err := send(ctx, sc)
+		return sc.Val(), err
+	})
+	if err == nil {
+		sc.SetVal(slots)
 	}
-	v, err, shared := t.sf.Do("slots", func() (any, error) {
+	return err
+}
+
+// clusterSlots wraps Config.ClusterSlots for go-redis, which calls it in
+// place of sending CLUSTER SLOTS: its calls share the cache as those would.
+func (t *topology) clusterSlots(fn func(context.Context) ([]redis.ClusterSlot, error)) func(context.Context) ([]redis.ClusterSlot, error) {
+	return func(ctx context.Context) ([]redis.ClusterSlot, error) { return t.load(ctx, fn) }
+}
+
+// load returns the last map while it is fresh, otherwise what fetch
+// returns, fetched once for every concurrent caller.
+func (t *topology) load(ctx context.Context, fetch func(context.Context) ([]redis.ClusterSlot, error)) ([]redis.ClusterSlot, error) {
+	if cached := t.fresh(); cached != nil {
+		return cached, nil
+	}
+	v, err, _ := t.sf.Do("slots", func() (any, error) {
 		start := time.Now()
 		t.fetching.Store(true)
 		defer func() {
@@ -119,7 +137,7 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 			t.fetching.Store(false)
 		}()
 		t.k.emit(Event{Kind: EventRefreshStarted})
-		err := send(ctx, sc)
+		slots, err := fetch(ctx)
 		took := time.Since(start)
 		if isGuardError(err) {
 			// Breaker open: nothing was sent, so nothing is counted, but
@@ -135,7 +153,6 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 			t.k.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
 			return nil, err
 		}
-		slots := sc.Val()
 		prev := t.slots.Swap(&slots)
 		t.k.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
 		if prev != nil && !sameSlots(*prev, slots) {
@@ -144,12 +161,9 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 		return slots, nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if shared {
-		sc.SetVal(v.([]redis.ClusterSlot))
-	}
-	return nil
+	return v.([]redis.ClusterSlot), nil
 }
 
 // fresh returns the last map if a CLUSTER SLOTS may be answered from it:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/redistest"
 )
 
 // Cluster mode reports each CLUSTER SLOTS it sends as a started/finished
@@ -114,4 +116,77 @@ func TestSameSlots(t *testing.T) {
 	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "r:1"}, {Addr: "m:1"}}}}), "promoted")
 	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 99, Nodes: a[0].Nodes}}))
 	assert.False(t, sameSlots(a, nil))
+}
+
+// ClusterSlots shards by hand over servers that are not cluster nodes:
+// each key goes where the map says, on the long client too, every reload
+// of every go-redis client the Client runs is answered by one cache, and
+// the map is the topology's.
+func TestClusterSlotsShardsByHand(t *testing.T) {
+	a, b := redistest.StartServer(t), redistest.StartServer(t)
+	slots := []redis.ClusterSlot{
+		{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: a.Addr}}},
+		{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: b.Addr}}},
+	}
+	var calls atomic.Int32
+	c := newTestClient(t, Config{ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+		calls.Add(1)
+		return slots, nil
+	}})
+	require.Equal(t, ModeCluster, c.Mode(), "ClusterSlots makes ModeAuto Cluster, with no Addrs")
+	ctx := testCtx(t, 20*time.Second)
+
+	owner := func(key string) *redistest.Server {
+		if redistest.Slot(key) <= 8191 {
+			return a
+		}
+		return b
+	}
+	for i := range 20 {
+		key := fmt.Sprintf("byhand:%d", i)
+		require.NoError(t, c.Set(ctx, key, i, 0).Err())
+		assert.Equal(t, fmt.Sprint(i), owner(key).Admin().Get(ctx, key).Val(), "%s is on the server the map names", key)
+	}
+	q := "byhand:q"
+	for i := 0; owner(q) != b; i++ {
+		q = fmt.Sprintf("byhand:q%d", i)
+	}
+	require.NoError(t, b.Admin().RPush(ctx, q, "x").Err())
+	assert.Equal(t, []string{q, "x"}, c.BLPop(ctx, time.Second, q).Val(), "the long client uses the map")
+
+	before := calls.Load()
+	for range 10 {
+		c.ClusterClient().ReloadState(ctx) // go-redis reloads in the background
+	}
+	time.Sleep(100 * time.Millisecond)
+	assert.Positive(t, before)
+	assert.LessOrEqual(t, calls.Load(), before+1, "reloads within the refresh interval are answered from the cache")
+	assert.Equal(t, slots, c.topo.lastSlots())
+	assert.Equal(t, map[string]string{a.Addr: a.Addr, b.Addr: b.Addr}, c.topo.shards())
+}
+
+// With NoRedirects a MOVED reply reaches the caller as the command's error,
+// as go-redis's MaxRedirects -1 does; by default the redirect is followed.
+// ClusterSlots gives every slot to one master, so the other's keys are
+// redirected.
+func TestNoRedirectsHandsTheRedirectToTheCaller(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 2})
+	m0 := cl.Masters[0]
+	wrong := func(context.Context) ([]redis.ClusterSlot, error) {
+		return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: cl.ClientAddr(m0)}}}}, nil
+	}
+	key := cl.KeyOn(t, cl.Masters[1], "moved")
+	ctx := testCtx(t, 20*time.Second)
+
+	follow := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.ClientAddrs(), ClusterSlots: wrong})
+	require.NoError(t, follow.Set(ctx, key, "v", 0).Err(), "the default follows the redirect")
+
+	c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.ClientAddrs(), ClusterSlots: wrong, MaxRedirects: NoRedirects})
+	err := c.Get(ctx, key).Err()
+	slot, _, ok := redirectOf(err)
+	require.True(t, ok, "want the MOVED reply, got %v", err)
+	assert.Equal(t, redistest.Slot(key), slot)
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error { p.Get(ctx, key); return nil })
+	_, _, ok = redirectOf(err)
+	assert.True(t, ok, "a pipeline's MOVED reaches the caller too, got %v", err)
 }

@@ -79,7 +79,7 @@ var urlParams = map[string]urlParam{
 	"disableIdentity":          boolParam(func(c *Config) *bool { return &c.DisableIdentity }),
 	"identitySuffix":           {set: func(c *Config, v string) error { c.IdentitySuffix = v; return nil }},
 	"unstable_resp3":           boolParam(func(c *Config) *bool { return &c.UnstableResp3 }),
-	"max_redirects":            {only: ModeCluster, set: countParam(false, func(c *Config) *int { return &c.MaxRedirects }).set},
+	"max_redirects":            {only: ModeCluster, set: countParam(true, func(c *Config) *int { return &c.MaxRedirects }).set},
 	"failing_timeout_seconds":  {only: ModeCluster, set: countParam(false, func(c *Config) *int { return &c.FailingTimeoutSeconds }).set},
 	"master_name":              {failover: true, set: func(c *Config, v string) error { c.MasterName = v; return nil }},
 	"username":                 {failover: true, set: func(c *Config, v string) error { c.Username = v; return nil }},
