@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
@@ -31,9 +33,7 @@ type sentinelReplicas struct {
 	newClient func(addr string) *redis.Client
 	register  func(addr string, cl *redis.Client)
 
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg background.Group // the background look-ups; closed by close
 
 	first sync.Mutex // held by the first look-up, so its waiters queue once
 
@@ -42,14 +42,13 @@ type sentinelReplicas struct {
 
 	mu      sync.Mutex
 	clients map[string]*redis.Client // guarded by mu; one per replica seen
-	closed  bool                     // guarded by mu; no look-up starts once set
+	closed  bool                     // guarded by mu; no client is built once set
 }
 
 func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, newClient func(string) *redis.Client,
 	register func(string, *redis.Client)) *sentinelReplicas {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &sentinelReplicas{k: k, nodes: nodes, sm: sm, newClient: newClient, register: register,
-		ctx: ctx, cancel: cancel, clients: make(map[string]*redis.Client)}
+		clients: make(map[string]*redis.Client)}
 }
 
 // of returns the replicas of the master (which master does not matter: the
@@ -81,24 +80,13 @@ func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
 }
 
 // refresh runs a look-up in the background.
-func (s *sentinelReplicas) refresh() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.lookup(s.ctx)
-	}()
-}
+func (s *sentinelReplicas) refresh() { s.bg.Go(s.lookup) }
 
 // lookup asks the sentinels, one after the other until one answers, for the
 // replicas, and keeps those they do not consider down.
 func (s *sentinelReplicas) lookup(ctx context.Context) {
 	for _, addr := range s.sm.sentinelAddrs() {
-		qctx, cancel := mergeCancel(ctx, s.ctx)
+		qctx, cancel := mergeCancel(ctx, s.bg.Context())
 		qctx, cancelQ := context.WithTimeout(qctx, sentinelQueryTimeout)
 		sc := newGoRedis(clientSpec{kind: clientSentinelQuestion, base: s.sm.sentinel, addr: addr, wait: sentinelQueryTimeout}).(*redis.SentinelClient)
 		replicas, err := sc.Replicas(qctx, s.sm.name).Result()
@@ -141,13 +129,10 @@ func (s *sentinelReplicas) use(replicas []map[string]string) {
 
 // close stops the look-up in flight and closes the replicas' clients.
 func (s *sentinelReplicas) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
+	s.bg.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true // a look-up on a caller's goroutine may still answer
 	for _, cl := range s.clients {
 		_ = cl.Close()
 	}
