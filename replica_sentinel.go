@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/breaker"
@@ -35,7 +36,7 @@ type sentinelReplicas struct {
 
 	bg background.Group // the background look-ups; closed by close
 
-	first sync.Mutex // held by the first look-up, so its waiters queue once
+	first singleflight.Group // the look-up the reads wait for, until the sentinels have answered once
 
 	list  atomic.Pointer[[]*node] // the last answer's usable replicas; nil before one
 	asked atomic.Int64            // unix ns (client clock) when the last look-up started
@@ -61,22 +62,25 @@ func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
 		}
 		return *l
 	}
-	// Until the sentinels have answered once, reads wait for the look-up.
-	s.first.Lock()
-	defer s.first.Unlock()
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	now := s.k.clock.Now().UnixNano()
-	if asked := s.asked.Load(); asked != 0 && now-asked < int64(sentinelReplicasEvery) {
-		return nil // asked less than a second ago, and no sentinel answered
-	}
-	s.asked.Store(now)
-	s.lookup(ctx)
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	return nil
+	// Until the sentinels have answered once, reads wait for the look-up,
+	// and those that come while it runs share its answer.
+	v, _, _ := s.first.Do("", func() (any, error) {
+		if l := s.list.Load(); l != nil {
+			return *l, nil
+		}
+		now := s.k.clock.Now().UnixNano()
+		if asked := s.asked.Load(); asked != 0 && now-asked < int64(sentinelReplicasEvery) {
+			return nil, nil // asked less than a second ago, and no sentinel answered
+		}
+		s.asked.Store(now)
+		s.lookup(ctx)
+		if l := s.list.Load(); l != nil {
+			return *l, nil
+		}
+		return nil, nil
+	})
+	l, _ := v.([]*node)
+	return l
 }
 
 // refresh runs a look-up in the background.
