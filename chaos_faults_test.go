@@ -79,14 +79,16 @@ func (f *faultWindows) closeAt(i int, t time.Time) {
 	f.mu.Unlock()
 }
 
-// active reports whether a fault of one of kinds (any kind if none) on
-// shard overlapped [from, to], counting faultGrace after its end.
+// active reports whether a fault of one of kinds on shard overlapped
+// [from, to], counting faultGrace after its end. With no kinds, any fault
+// but the quietKinds counts.
 func (f *faultWindows) active(shard int, from, to time.Time, kinds ...string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, w := range f.wins {
 		other := w.shard != shard && (shard != anyClusterShard || w.shard == sideShard)
-		if other || to.Before(w.start) || len(kinds) > 0 && !slices.Contains(kinds, w.kind) {
+		kind := slices.Contains(kinds, w.kind) || len(kinds) == 0 && !slices.Contains(quietKinds, w.kind)
+		if other || to.Before(w.start) || !kind {
 			continue
 		}
 		if w.end.IsZero() || !from.After(w.end.Add(faultGrace)) {
@@ -96,7 +98,7 @@ func (f *faultWindows) active(shard int, from, to time.Time, kinds ...string) bo
 	return false
 }
 
-var faultKinds = []string{"pause-master", "kill-replica", "client-kill", "graceful-failover", "takeover-failover", "blackhole", "long-budget", "slow-master"}
+var faultKinds = []string{"pause-master", "kill-replica", "client-kill", "graceful-failover", "takeover-failover", "blackhole", "long-budget", "slow-master", "reshard"}
 
 type chaosSchedule struct {
 	t     *testing.T
@@ -111,6 +113,10 @@ type chaosSchedule struct {
 	lossy   map[int]bool // shards where a fault may lose acknowledged writes
 	start   time.Time
 	last    time.Time // when the last fault began
+
+	// reshards counts the resharding steps that moved a slot, and asked
+	// the ASKING commands the importing masters received meanwhile.
+	reshards, asked int
 }
 
 // run injects faults until d has passed and every kind has run once.
@@ -252,6 +258,8 @@ func (s *chaosSchedule) inject(kind string) string {
 		return fmt.Sprintf("standalone behind the proxy blackholed %.1fs", hold.Seconds())
 	case "long-budget":
 		return s.fillLongBudget(shard)
+	case "reshard":
+		return s.reshard()
 	case "slow-master":
 		m := s.nodeWithRole(shard, "master")
 		if m == nil {

@@ -243,6 +243,8 @@ type chaosReport struct {
 	crashes                        int
 	dups                           []string
 	lost                           []string
+	once                           onceVerdict
+	reshards, asked                int
 	received, published            int64
 	shardReceived, shardPublished  int64
 	healthyTrue, healthyFalse      int64
@@ -339,6 +341,16 @@ func (r chaosReport) String() string {
 	for _, d := range r.dups {
 		b.WriteString("      " + d + "\n")
 	}
+	o := r.once
+	fmt.Fprintf(&b, "  [%s] no unsafe command ran twice, by once-only counters: %d ops (%d autopipelined INCRs, %d scripted); %d ran twice\n",
+		passFail(o.twice == 0), o.ops, o.auto, o.script, o.twice)
+	fmt.Fprintf(&b, "  [%s] each once-only op ran as often as its caller was told: told it ran: %d ran once, %d never (not counted: %d on a shard a data-losing fault touched); outcome unknown: %d ran, %d did not; told it did not run: %d did not, %d did; %d never answered\n",
+		passFail(o.lost+o.ranUntold+o.unanswered == 0), o.ranOnce, o.lost, o.lostLossy, o.maybeRan, o.maybeNot, o.notRun, o.ranUntold, o.unanswered)
+	for _, v := range o.samples {
+		b.WriteString("      " + v + "\n")
+	}
+	fmt.Fprintf(&b, "  [%s] slots resharded under load (MIGRATING/IMPORTING, MIGRATE in batches): %d, the importing masters asked %d times (ASKING)\n",
+		passFail(r.reshards > 0 && r.asked > 0), r.reshards, r.asked)
 	fmt.Fprintf(&b, "  [%s] no call outlived its context by more than %v: %d did; worst overrun %v (negative: none reached its deadline); not counted: %d on a node that crashed by itself (%d crashes), %d cancelled BLPOPs that a paused, blackholed or write-paused server held (each within %v)\n",
 		passFail(r.overruns == 0), chaosOverrun, r.overruns, r.worstOverrun.Round(time.Millisecond), r.overrunsCrashed, r.crashes, r.overrunsPaused, unblockGrace+chaosOverrun)
 	fmt.Fprintf(&b, "  [%s] goroutines back to the starting level after Close (goleak): %v\n", passFail(r.leak == nil), errOrNone(r.leak))

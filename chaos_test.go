@@ -24,11 +24,13 @@ import (
 
 // The chaos soak: a real 3+3 cluster and a standalone server behind the
 // in-process fault proxy, a mixed workload from 100 goroutines, and a fault
-// schedule in a seeded random order. At the end it checks, and prints, the
-// invariants the issue lists: every error is from the documented set, no
-// acknowledged value is lost where no fault could lose it, no queue item is
-// popped twice, no call outlives its context, nothing leaks after Close,
-// and the heap stays bounded.
+// schedule in a seeded random order, a resharding step among the faults. At
+// the end it checks, and prints, the invariants: every error is from the
+// documented set, no acknowledged value is lost where no fault could lose
+// it, no queue item is popped twice, no unsafe command (autopipelined or
+// scripted) runs twice or otherwise than its caller was told, no call
+// outlives its context, nothing leaks after Close, and the heap stays
+// bounded.
 //
 // `make chaos` runs 60s of faults (REDISGUARD_CHAOS=60s); `make test` runs
 // chaosDefault. REDISGUARD_CHAOS_SEED replays a schedule.
@@ -133,7 +135,7 @@ func TestChaos(t *testing.T) {
 		}
 	}()
 
-	w := newChaosWorld(c, ac, sc, cl, shardOf)
+	w := newChaosWorld(t, c, ac, sc, cl, shardOf)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { // on a failed require below, stop the workload before the cluster goes
@@ -168,6 +170,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	lost := w.readBack(t, sched.lossy)
+	once := w.checkOnce(t, sched.lossy)
 	left := w.drainQueues(t)
 
 	closeStart := time.Now()
@@ -192,6 +195,7 @@ func TestChaos(t *testing.T) {
 	r.seed, r.faultFor, r.faultTook, r.closeTook = seed, faultFor, faultTook, closeTook
 	r.faults = sched.log
 	r.lost, r.left = lost, left
+	r.once, r.reshards, r.asked = once, sched.reshards, sched.asked
 	r.warmHeap, r.endHeap = warmHeap, endHeap
 	r.leak, r.conns = leakErr, conns
 	t.Log(r.String())
@@ -202,13 +206,19 @@ func TestChaos(t *testing.T) {
 	assert.Zero(t, r.panics, "panics: %s", r.samples)
 	assert.Empty(t, lost, "acknowledged values lost on keys no fault touched")
 	assert.Zero(t, r.dupPops, "items popped more than once")
+	assert.Zero(t, once.twice, "unsafe commands that ran twice: %v", once.samples)
+	assert.Zero(t, once.lost, "once-only ops told they ran, never run on a shard no data-losing fault touched: %v", once.samples)
+	assert.Zero(t, once.ranUntold, "once-only ops told they did not run, and ran: %v", once.samples)
+	assert.Zero(t, once.unanswered, "once-only ops never answered")
+	assert.NotZero(t, r.reshards, "no slot was resharded")
+	assert.NotZero(t, r.asked, "the resharding steps sent no client ASK")
 	assert.Zero(t, r.overruns, "calls outlived their context by more than %v (worst %v)", chaosOverrun, r.worstOverrun)
 	assert.Zero(t, r.crashes, "a redis-server crashed by itself during the run (see the fault log)")
 	assert.NoError(t, leakErr, "goroutines left after Close")
 	assert.Empty(t, conns, "connections left on the servers after Close")
 	assert.LessOrEqual(t, endHeap, chaosHeap*warmHeap, "heap grew: %d after warm-up, %d after the run", warmHeap, endHeap)
 	assert.NotZero(t, r.ok, "nothing succeeded: the workload never ran")
-	for _, k := range []string{"kv", "pipeline", "tx", "push", "pop", "pop-do", "pop-pipeline", "pop-cancel",
+	for _, k := range []string{"kv", "pipeline", "tx", "once-auto", "once-script", "push", "pop", "pop-do", "pop-pipeline", "pop-cancel",
 		"acl-pop", "acl-pop-do", "acl-pop-pipeline", "acl-pop-cancel", "side", "side-pop"} {
 		assert.NotZero(t, r.okBy[k], "no %s op succeeded", k)
 	}

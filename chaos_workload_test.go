@@ -21,14 +21,27 @@ import (
 )
 
 // The chaos soak's workload (chaos_test.go): 100 goroutines and what they
-// record.
+// record. The once-only writers and their check are in chaos_once_test.go.
 
 // chaosWorld is the workload and what it recorded.
 type chaosWorld struct {
 	c, side *Client
 	acl     *Client        // the cluster client of chaosACLUser, denied CLIENT UNBLOCK and CLIENT KILL
-	shardOf []int          // slot -> shard
 	nodeOf  map[string]int // node address -> shard, for errors that name their node
+
+	// auto and aclAuto are c's and acl's autopipeliners, each shared by
+	// the once-only writers on that client.
+	auto, aclAuto *redis.AutoPipeliner
+
+	// shardOf maps each slot to its shard now: a snapshot, replaced whole
+	// when the resharding step moves a slot (moveSlot).
+	shardOf atomic.Pointer[[]int]
+	homesMu sync.Mutex
+	homes   map[int][]int // guarded by homesMu: the shards a moved slot lived on before
+
+	onceMu    sync.Mutex
+	once      []*onceWriter // guarded by onceMu
+	onceSlots []int         // the slots of the once-only writers' keys, which the resharding step moves
 
 	faults faultWindows
 
@@ -71,18 +84,24 @@ type chaosWorld struct {
 	subErrs                       atomic.Int64
 }
 
-func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
+func newChaosWorld(t *testing.T, c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *chaosWorld {
 	nodeOf := map[string]int{}
 	for i := range cl.Masters {
 		nodeOf[cl.Masters[i].Addr] = i
 		nodeOf[cl.Replicas[i].Addr] = i
 	}
 	w := &chaosWorld{
-		c: c, acl: acl, side: side, shardOf: shardOf, nodeOf: nodeOf,
+		c: c, acl: acl, side: side, nodeOf: nodeOf, homes: map[int][]int{},
 		acked: map[string]int64{}, items: map[uint32]itemRec{},
 		counts: map[string]int{}, okBy: map[string]int{}, replies: map[string]int{},
 		pubAt: map[int64]bool{}, recvAt: map[int64]bool{},
 	}
+	w.shardOf.Store(&shardOf)
+	var err error
+	w.auto, err = c.AutoPipeline()
+	require.NoError(t, err)
+	w.aclAuto, err = acl.AutoPipeline()
+	require.NoError(t, err)
 	for i := range cl.Masters {
 		for n := 0; ; n++ {
 			if ch := "chaos:schannel:" + strconv.Itoa(n); w.shard(ch) == i {
@@ -96,7 +115,32 @@ func newChaosWorld(c, acl, side *Client, cl *redistest.Cluster, shardOf []int) *
 	return w
 }
 
-func (w *chaosWorld) shard(key string) int { return w.shardOf[redistest.Slot(key)] }
+func (w *chaosWorld) shard(key string) int { return w.slotShard(redistest.Slot(key)) }
+
+func (w *chaosWorld) slotShard(slot int) int { return (*w.shardOf.Load())[slot] }
+
+// moveSlot records that slot now lives on shard to.
+func (w *chaosWorld) moveSlot(slot, to int) {
+	cur := *w.shardOf.Load()
+	w.homesMu.Lock()
+	w.homes[slot] = append(w.homes[slot], cur[slot])
+	w.homesMu.Unlock()
+	next := slices.Clone(cur)
+	next[slot] = to
+	w.shardOf.Store(&next)
+}
+
+// keyLossy reports whether a data-losing fault (lossy, by shard) touched a
+// shard key lives on or lived on before a resharding step moved its slot.
+func (w *chaosWorld) keyLossy(key string, lossy map[int]bool) bool {
+	slot := redistest.Slot(key)
+	if lossy[w.slotShard(slot)] {
+		return true
+	}
+	w.homesMu.Lock()
+	defer w.homesMu.Unlock()
+	return slices.ContainsFunc(w.homes[slot], func(s int) bool { return lossy[s] })
+}
 
 func (w *chaosWorld) ack(key string, v int64) {
 	w.ackMu.Lock()
@@ -106,25 +150,19 @@ func (w *chaosWorld) ack(key string, v int64) {
 	w.ackMu.Unlock()
 }
 
-// start launches the 100 goroutines: 68 cluster kv workers (GET/SET,
-// pipelines, transactions, PUBLISH), 10 RPUSH/BLPOP pairs, 10 workers on the
-// proxied standalone server, a subscriber, and Healthy every 200ms. A
-// quarter of the kv workers, half of the pairs and every worker on the
-// proxied server run as chaosACLUser.
+// start launches the 100 goroutines: 60 cluster kv workers (GET/SET,
+// pipelines, transactions, PUBLISH), 8 once-only writers (4 autopipelined,
+// 4 scripted), 10 RPUSH/BLPOP pairs, 10 workers on the proxied standalone
+// server, a subscriber, and Healthy every 200ms. A quarter of the kv
+// workers, half of the once-only writers and of the pairs, and every worker
+// on the proxied server run as chaosACLUser.
 func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
-	const kv, pairs, side = 68, 10, 10
+	const kv, onceAuto, onceScripted, pairs, side = 60, 4, 4, 10, 10
 	spawn := func(id int, fn func(id int, rng *rand.Rand, stop <-chan struct{})) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				if r := recover(); r != nil {
-					w.panics.Add(1)
-					w.mu.Lock()
-					w.sample("panic in worker %d: %v", id, r)
-					w.mu.Unlock()
-				}
-			}()
+			defer w.recoverPanic(id)
 			fn(id, rand.New(rand.NewPCG(uint64(id), 7)), stop)
 		}()
 	}
@@ -133,6 +171,17 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 		spawn(id, w.kvWorker)
 		id++
 	}
+	var writers []int
+	for i := range onceAuto + onceScripted {
+		if i < onceAuto {
+			spawn(id, w.onceAutoWriter)
+		} else {
+			spawn(id, w.onceScriptWriter)
+		}
+		writers = append(writers, id)
+		id++
+	}
+	w.onceSlots = onceSlots(writers)
 	for range pairs {
 		spawn(id, w.pusher)
 		id++
@@ -148,6 +197,16 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 	spawn(id, w.shardSubscriber)
 	id++
 	spawn(id, w.healthChecker)
+}
+
+// recoverPanic counts and samples a panic of worker id's goroutine.
+func (w *chaosWorld) recoverPanic(id int) {
+	if r := recover(); r != nil {
+		w.panics.Add(1)
+		w.mu.Lock()
+		w.sample("panic in worker %d: %v", id, r)
+		w.mu.Unlock()
+	}
 }
 
 // loop calls op until stop, pausing a little between calls so that 100
@@ -536,12 +595,12 @@ func (w *chaosWorld) readBack(t *testing.T, lossy map[int]bool) []string {
 		if got >= want {
 			continue
 		}
-		shard := sideShard
+		shard, faulted := sideShard, lossy[sideShard]
 		if !strings.HasPrefix(key, "side|") {
-			shard = w.shard(key)
+			shard, faulted = w.shard(key), w.keyLossy(key, lossy)
 		}
 		msg := fmt.Sprintf("%s (shard %d): acknowledged %d, read %d", key, shard, want, got)
-		if lossy[shard] {
+		if faulted {
 			w.mu.Lock()
 			w.counts["lost-on-faulted-shard"]++
 			w.mu.Unlock()

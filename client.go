@@ -311,11 +311,13 @@ func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redi
 // batchDone returns err, what next answered a batch of ordinary commands,
 // in redisguard's terms.
 //
-// A refusal that needs riding out shows in err: in Cluster mode err is the
-// first command's error, of any node, that is not nil; a single node's
-// batch returns its first command's reply, and LOADING and MASTERDOWN
-// answer every command alike. (READONLY answers only the writes: a
-// pipeline whose first command is a read keeps its writes' READONLY.)
+// In Cluster mode err is the first command's error, of any node, that is
+// not nil, and failedBatch looks for refusals in every command: one node's
+// command may fail on its connection while another's is refused. A single
+// node's batch shows a refusal that needs riding out in err: it returns its
+// first command's reply, and LOADING and MASTERDOWN answer every command
+// alike. (READONLY answers only the writes: a pipeline whose first command
+// is a read keeps its writes' READONLY.)
 func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
 	if (err == nil || (err == redis.Nil && c.topo == nil)) && !c.nodes.sent.pending() {
 		return err
@@ -325,11 +327,16 @@ func (c *Client) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.P
 
 // failedBatch is batchDone for a batch that failed: its commands refused
 // with a reply that says the server cannot serve them now are ridden out
-// (rideOut.batch), and what remains is translated.
+// (rideOut.batch), and what remains is translated. In Cluster mode every
+// failed batch is searched for them, whatever failed first and after the
+// caller's context has ended too (rideOut then types them at once), so that
+// none reaches the caller raw; a single node's batch when its error is a
+// reply (see batchDone).
 //
 //go:noinline
 func (c *Client) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
-	if (err == redis.Nil || isRedisReply(err)) && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+	refusalsShow := c.topo != nil || err == redis.Nil || isRedisReply(err)
+	if refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
 		err = c.ride.batch(ctx, cmds, next, err)
 	}
 	c.nodes.sent.forget(cmds...) // the caller's operation ends here

@@ -174,16 +174,25 @@ func redirectOf(err error) (slot int, addr string, ok bool) {
 	if !ok {
 		return 0, "", false
 	}
-	kind, rest, _ := strings.Cut(re.Error(), " ")
+	_, slot, addr, ok = parseRedirect(re.Error())
+	return slot, addr, ok
+}
+
+// parseRedirect reads a redirect's text, "MOVED 3999 127.0.0.1:6381" or
+// "ASK ...": the one reader of the two, for go-redis's errors and for the
+// replies redisguard reads itself. Any other text is refused before it
+// costs an allocation.
+func parseRedirect(text string) (kind string, slot int, addr string, ok bool) {
+	kind, rest, _ := strings.Cut(text, " ")
 	if kind != "MOVED" && kind != "ASK" {
-		return 0, "", false
+		return "", 0, "", false
 	}
 	s, addr, _ := strings.Cut(rest, " ")
-	slot, perr := strconv.Atoi(s)
-	if perr != nil || slot < 0 || slot >= 16384 || addr == "" {
-		return 0, "", false
+	slot, err := strconv.Atoi(s)
+	if err != nil || slot < 0 || slot >= 16384 || addr == "" || strings.Contains(addr, " ") {
+		return "", 0, "", false
 	}
-	return slot, addr, true
+	return kind, slot, addr, true
 }
 
 // isRedirect reports whether err is a MOVED or ASK reply.

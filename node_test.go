@@ -428,7 +428,13 @@ func TestOpeningBreakerAnswersEveryoneWaiting(t *testing.T) {
 		assert.ErrorIs(t, r.err, ErrNodeUnavailable, "incr=%v", r.incr)
 		assert.NotErrorIs(t, r.err, ErrOutcomeUnknown)
 	}
-	opened := events.find(EventBreakerOpened, func(Event) bool { return true })
+	// The event is delivered on the goroutine that opened the breaker, which
+	// may report it after the callers it cut loose have returned.
+	var opened []Event
+	require.Eventually(t, func() bool {
+		opened = events.find(EventBreakerOpened, func(Event) bool { return true })
+		return len(opened) > 0
+	}, 5*time.Second, time.Millisecond, "the breaker to report opening")
 	require.Len(t, opened, 1)
 	assert.Equal(t, DecisionSilent, opened[0].Decision)
 	t.Logf("breaker opened %s after the pause; %d INCRs ended with ErrOutcomeUnknown", opened[0].Time.Sub(paused), unknown)

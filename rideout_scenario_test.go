@@ -127,6 +127,116 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 	assert.Empty(t, events.find(EventBreakerOpened, func(Event) bool { return true }), "a breaker opened on replies")
 }
 
+// In a cluster pipeline whose first failure is a node's (a master that is
+// down), a command another master refuses with CLUSTERDOWN is ridden out
+// all the same: it is answered once the master serves again, run once, and
+// never reaches the caller as the raw reply. Refused for good, it ends
+// typed.
+func TestClusterBatchRidesOutRefusalsBesideAFailedNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
+	ctx := testCtx(t, time.Minute)
+	refusing := cl.MasterForSlot(t, 0)
+	var dead *redistest.Server
+	for _, m := range cl.Masters {
+		if m != refusing {
+			dead = m
+		}
+	}
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), ClusterNodeTimeout: 5 * time.Second})
+	deadKey, counter := cl.KeyOn(t, dead, "beside:dead:"), cl.KeyOn(t, refusing, "beside:n:")
+	require.NoError(t, c.Set(ctx, deadKey, "v", 0).Err(), "the client learns the slot map")
+	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "delslots", 0).Err())
+	redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
+		if err := refusing.Admin().Get(ctx, counter).Err(); !redis.IsClusterDownError(err) {
+			return fmt.Errorf("a GET answered %v", err)
+		}
+		return nil
+	})
+	dead.Kill(t)
+
+	pipeline := func(d time.Duration) (deadErr, incrErr error) {
+		call, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		var get *redis.StringCmd
+		var incr *redis.IntCmd
+		_, _ = c.Pipelined(call, func(p redis.Pipeliner) error {
+			get = p.Get(call, deadKey) // first: its node's error is the batch's
+			incr = p.Incr(call, counter)
+			return nil
+		})
+		return get.Err(), incr.Err()
+	}
+
+	deadErr, incrErr := pipeline(300 * time.Millisecond)
+	require.ErrorAs(t, deadErr, new(*NodeError), "the down master's command")
+	require.ErrorIs(t, incrErr, ErrNotServing, "refused until the caller's deadline")
+	assert.False(t, isRedisReply(incrErr), "the raw reply reached the caller: %v", incrErr)
+
+	back := time.AfterFunc(time.Second, func() {
+		_ = refusing.Admin().Do(context.Background(), "cluster", "addslots", 0).Err()
+	})
+	defer back.Stop()
+	deadErr, incrErr = pipeline(5 * time.Second)
+	require.ErrorAs(t, deadErr, new(*NodeError), "the down master's command")
+	require.NoError(t, incrErr, "the refused INCR was not ridden out")
+	n, err := refusing.Admin().Get(ctx, counter).Int64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the INCR ran other than once")
+}
+
+// The same pipeline when the first command's master hangs: its error comes
+// when the caller's deadline has passed, and the refused INCR beside it ends
+// typed all the same, not as the raw reply, and has not run.
+func TestClusterBatchTypesRefusalsBesideAHungNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scenario")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
+	ctx := testCtx(t, time.Minute)
+	refusing := cl.MasterForSlot(t, 0)
+	var hung *redistest.Server
+	for _, m := range cl.Masters {
+		if m != refusing {
+			hung = m
+		}
+	}
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), ClusterNodeTimeout: 5 * time.Second})
+	hungKey, counter := cl.KeyOn(t, hung, "beside:hung:"), cl.KeyOn(t, refusing, "beside:n:")
+	require.NoError(t, c.Set(ctx, hungKey, "v", 0).Err(), "the client learns the slot map")
+	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "delslots", 0).Err())
+	redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
+		if err := refusing.Admin().Get(ctx, counter).Err(); !redis.IsClusterDownError(err) {
+			return fmt.Errorf("a GET answered %v", err)
+		}
+		return nil
+	})
+	hung.Pause(t)
+
+	call, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	var get *redis.StringCmd
+	var incr *redis.IntCmd
+	_, _ = c.Pipelined(call, func(p redis.Pipeliner) error {
+		get = p.Get(call, hungKey) // first: its node's error is the batch's
+		incr = p.Incr(call, counter)
+		return nil
+	})
+	require.Error(t, get.Err(), "the hung master's command")
+	require.ErrorIs(t, incr.Err(), ErrNotServing, "the refused INCR")
+	assert.False(t, isRedisReply(incr.Err()), "the raw reply reached the caller: %v", incr.Err())
+
+	hung.Resume(t)
+	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "addslots", 0).Err())
+	n, err := refusing.Admin().Get(ctx, counter).Int64()
+	if err != redis.Nil {
+		require.NoError(t, err)
+	}
+	assert.Zero(t, n, "a refused INCR ran")
+}
+
 // A managed service's primary endpoint: one name, which leads new
 // connections to the new primary after a failover, while the pooled ones
 // stay with the old primary, now a replica. go-redis alone sends a write

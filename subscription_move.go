@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // subscriptions knows every live subscription connection of a Client and
@@ -280,7 +282,7 @@ func (c *subscriptionConn) takeArriving() *pendingMove {
 }
 
 // pingCmd is how go-redis's PubSub health check writes its PING.
-var pingCmd = []byte("*1\r\n$4\r\nping\r\n")
+var pingCmd = resp.AppendCommand(nil, "ping")
 
 // asking is told that something is about to be written, which the node
 // answers (every command does on a subscription's connection), and
@@ -317,6 +319,76 @@ func (c *subscriptionConn) breakOff() {
 }
 
 func (c *subscriptionConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	q, changed := c.follow(p)
+	// A sharded subscription's moves are claimed channel by channel, by
+	// its splitConn.
+	if changed && c.arriving == nil && c.route != routeSlotOwner {
+		if key := c.subs.key(); key != "" {
+			c.arriving, _ = c.s.claim(key)
+		}
+	}
+	c.mu.Unlock()
+	if q == nil {
+		return c.send(p)
+	}
+	if _, err := c.send(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// follow reads the commands go-redis wrote in p, as it writes them (whole
+// commands per write), once: c.subs follows what they subscribe to, and on
+// a cluster's route an SSUBSCRIBE or SUNSUBSCRIBE of channels in several
+// slots is split into one command per slot (bySlot). It returns what to
+// write instead of p, nil for p itself, and whether the set changed. What
+// it cannot parse it leaves alone: p is written as it is. c.mu is held.
+func (c *subscriptionConn) follow(p []byte) (split []byte, changed bool) {
+	slotted := c.route == routeSlotOwner || c.route == routeAnyNode
+	var buf [8][]byte
+	args := buf[:0]
+	var out []byte
+	rewritten := false
+	for rest := p; len(rest) > 0; {
+		var n int
+		var err error
+		if args, n, err = resp.Command(rest, args); err != nil || n == 0 {
+			return nil, changed
+		}
+		cmd := rest[:n]
+		done := len(p) - len(rest)
+		rest = rest[n:]
+		kind, add := "", false
+		if len(args) > 0 {
+			kind, add = subscribeKind(args[0])
+		}
+		if kind != "" {
+			names := asStrings(args[1:])
+			if c.subs.apply(kind, add, names) {
+				changed = true
+			}
+			if slotted && kind == shardKind {
+				if groups := bySlot(names); len(groups) > 1 {
+					if !rewritten {
+						out, rewritten = append([]byte(nil), p[:done]...), true
+					}
+					for _, g := range groups {
+						out = resp.AppendCommand(out, string(args[0]), g...)
+					}
+					continue
+				}
+			}
+		}
+		if rewritten {
+			out = append(out, cmd...)
+		}
+	}
+	return out, changed
+}
+
+// send writes p, whose subscriptions the caller has followed.
+func (c *subscriptionConn) send(p []byte) (int, error) {
 	if c.asking() && c.route != routeAsked && bytes.HasPrefix(p, pingCmd) {
 		// go-redis's health check found nothing read since an earlier
 		// write; closed, the write fails, and the health check subscribes
@@ -324,25 +396,6 @@ func (c *subscriptionConn) Write(p []byte) (int, error) {
 		// go, and when it resumes it delivers what it holds.)
 		c.s.unresponsive(c.addr)
 		c.breakOff()
-	}
-	if !bytes.Contains(p, subscribeMark) {
-		return c.write(p)
-	}
-	c.mu.Lock()
-	changed := c.subs.apply(p)
-	// A sharded subscription's moves are claimed channel by channel, by
-	// its splitConn.
-	if key := c.subs.key(); changed && key != "" && c.arriving == nil && c.route != routeSlotOwner {
-		c.arriving, _ = c.s.claim(key)
-	}
-	c.mu.Unlock()
-	if c.route == routeSlotOwner || c.route == routeAnyNode {
-		if q, ok := splitBySlot(p); ok {
-			if _, err := c.write(q); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		}
 	}
 	return c.write(p)
 }

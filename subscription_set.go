@@ -3,76 +3,61 @@ package redisguard
 import (
 	"bytes"
 	"slices"
-	"strconv"
 	"strings"
 )
-
-// subscribeMark is in every subscribe and unsubscribe command: all six
-// names end in "subscribe".
-var subscribeMark = []byte("subscribe\r\n")
 
 // subscriptionSet is what a connection is subscribed to, by kind: "channel",
 // "pattern" or "shard channel".
 type subscriptionSet map[string]map[string]struct{}
 
-// apply updates the set from the commands in p, as go-redis writes them
-// (RESP arrays of bulk strings, whole commands per write), and reports
-// whether it changed. What it cannot parse it leaves alone.
-func (s *subscriptionSet) apply(p []byte) (changed bool) {
-	for len(p) > 0 {
-		args, rest, ok := parseCommand(p)
-		if !ok {
-			return changed
-		}
-		p = rest
-		if len(args) == 0 {
-			continue
-		}
-		kind, add := subscribeKind(strings.ToLower(args[0]))
-		if kind == "" {
-			continue
-		}
-		if *s == nil {
-			*s = make(subscriptionSet)
-		}
-		m := (*s)[kind]
-		if m == nil {
-			m = make(map[string]struct{})
-			(*s)[kind] = m
-		}
-		if !add && len(args) == 1 {
-			clear(m) // UNSUBSCRIBE with no names drops them all
-			changed = true
-		}
-		for _, name := range args[1:] {
-			if add {
-				m[name] = struct{}{}
-			} else {
-				delete(m, name)
-			}
-			changed = true
+// apply updates the set from one (un)subscribe command of kind: names are
+// added, or removed; an unsubscribe with no names removes every one of
+// kind. It reports whether the set changed.
+func (s *subscriptionSet) apply(kind string, add bool, names []string) (changed bool) {
+	if *s == nil {
+		*s = make(subscriptionSet)
+	}
+	m := (*s)[kind]
+	if m == nil {
+		m = make(map[string]struct{})
+		(*s)[kind] = m
+	}
+	if !add && len(names) == 0 {
+		clear(m)
+		return true
+	}
+	for _, name := range names {
+		if add {
+			m[name] = struct{}{}
+		} else {
+			delete(m, name)
 		}
 	}
-	return changed
+	return len(names) > 0
 }
 
 const shardKind = "shard channel"
 
-// subscribeKind maps a command name to the kind it (un)subscribes.
-func subscribeKind(cmd string) (kind string, add bool) {
-	switch cmd {
-	case "subscribe":
-		return "channel", true
-	case "unsubscribe":
-		return "channel", false
-	case "psubscribe":
-		return "pattern", true
-	case "punsubscribe":
-		return "pattern", false
-	case "ssubscribe":
-		return shardKind, true
-	case "sunsubscribe":
-		return shardKind, false
+// subscribeKinds are the commands that (un)subscribe, and what.
+var subscribeKinds = [...]struct {
+	cmd, kind string
+	add       bool
+}{
+	{"subscribe", "channel", true},
+	{"unsubscribe", "channel", false},
+	{"psubscribe", "pattern", true},
+	{"punsubscribe", "pattern", false},
+	{"ssubscribe", shardKind, true},
+	{"sunsubscribe", shardKind, false},
+}
+
+// subscribeKind maps a command name, in any case, to the kind it
+// (un)subscribes; "" for any other command.
+func subscribeKind(cmd []byte) (kind string, add bool) {
+	for _, k := range subscribeKinds {
+		if bytes.EqualFold(cmd, []byte(k.cmd)) {
+			return k.kind, k.add
+		}
 	}
 	return "", false
 }
@@ -101,36 +86,11 @@ func (s subscriptionSet) key() string {
 	return strings.Join(out, "\x01")
 }
 
-// parseCommand reads one RESP array of bulk strings from p.
-func parseCommand(p []byte) (args []string, rest []byte, ok bool) {
-	n, p, ok := parseHeader(p, '*')
-	if !ok {
-		return nil, nil, false
+// asStrings copies args.
+func asStrings(args [][]byte) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = string(a)
 	}
-	args = make([]string, 0, n)
-	for range n {
-		var l int
-		if l, p, ok = parseHeader(p, '$'); !ok || len(p) < l+2 {
-			return nil, nil, false
-		}
-		args = append(args, string(p[:l]))
-		p = p[l+2:]
-	}
-	return args, p, true
-}
-
-// parseHeader reads "<prefix><n>\r\n" from p.
-func parseHeader(p []byte, prefix byte) (int, []byte, bool) {
-	if len(p) == 0 || p[0] != prefix {
-		return 0, nil, false
-	}
-	end := bytes.Index(p, []byte("\r\n"))
-	if end < 0 {
-		return 0, nil, false
-	}
-	n, err := strconv.Atoi(string(p[1:end]))
-	if err != nil || n < 0 || n > len(p) {
-		return 0, nil, false
-	}
-	return n, p[end+2:], true
+	return out
 }

@@ -34,11 +34,12 @@ func TestSubscriptionSetFollowsCommands(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var s subscriptionSet
+			var c subscriptionConn
 			changed := false
 			for _, w := range tt.writes {
-				changed = s.apply([]byte(w))
+				_, changed = c.follow([]byte(w))
 			}
+			s := c.subs
 			assert.Equal(t, tt.names, s.names())
 			assert.Equal(t, tt.changed, changed)
 			assert.Equal(t, tt.names == "", s.key() == "")

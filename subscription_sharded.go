@@ -2,7 +2,6 @@ package redisguard
 
 import (
 	"context"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -75,68 +74,29 @@ func (s *subscriptions) close() error {
 	return cc.Close()
 }
 
-// splitBySlot rewrites the SSUBSCRIBE and SUNSUBSCRIBE commands in p whose
-// channels hash to several slots into one command per slot, which Redis
-// answers exactly as the one command (a reply per channel) but without
-// CROSSSLOT. go-redis sends all of a PubSub's shard channels in one
+// bySlot groups shard channels by slot, each slot in the order it first
+// appears. An SSUBSCRIBE or SUNSUBSCRIBE sent as one command per group is
+// answered exactly as the one command (a reply per channel), but without
+// CROSSSLOT: go-redis sends all of a PubSub's shard channels in one
 // SSUBSCRIBE when it subscribes again, and passes SSubscribe's channels on
-// as given. The other commands in p are kept byte for byte. It reports
-// whether it rewrote anything; p is not modified.
-func splitBySlot(p []byte) ([]byte, bool) {
-	var out []byte
-	split := false
-	for rest := p; len(rest) > 0; {
-		args, next, ok := parseCommand(rest)
-		if !ok {
-			return p, false
-		}
-		cmd := rest[:len(rest)-len(next)]
-		rest = next
-		if len(args) < 3 {
-			out = append(out, cmd...)
-			continue
-		}
-		if kind, _ := subscribeKind(strings.ToLower(args[0])); kind != shardKind {
-			out = append(out, cmd...)
-			continue
-		}
-		bySlot := map[int][]string{}
-		var order []int
-		for _, ch := range args[1:] {
-			s := channelSlot(ch)
-			if _, seen := bySlot[s]; !seen {
-				order = append(order, s)
-			}
-			bySlot[s] = append(bySlot[s], ch)
-		}
-		if len(order) == 1 {
-			out = append(out, cmd...)
-			continue
-		}
-		split = true
-		for _, s := range order {
-			out = appendCommand(out, args[0], bySlot[s])
-		}
+// as given.
+func bySlot(channels []string) [][]string {
+	if len(channels) < 2 {
+		return [][]string{channels}
 	}
-	if !split {
-		return p, false
+	index := map[int]int{}
+	var groups [][]string
+	for _, ch := range channels {
+		s := channelSlot(ch)
+		i, seen := index[s]
+		if !seen {
+			i = len(groups)
+			index[s] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], ch)
 	}
-	return out, true
-}
-
-// appendCommand appends name and args to b as a RESP array of bulk strings.
-func appendCommand(b []byte, name string, args []string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(1+len(args)), 10)
-	b = append(b, "\r\n"...)
-	for _, a := range append([]string{name}, args...) {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, "\r\n"...)
-		b = append(b, a...)
-		b = append(b, "\r\n"...)
-	}
-	return b
+	return groups
 }
 
 // channelSlot is the cluster hash slot of a shard channel, as of a key:

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // In Cluster mode SSubscribe runs on the sharded-subscription client: it
@@ -113,7 +114,7 @@ func TestChannelSlot(t *testing.T) {
 }
 
 func TestSplitBySlot(t *testing.T) {
-	cmd := func(args ...string) string { return string(appendCommand(nil, args[0], args[1:])) }
+	cmd := func(args ...string) string { return string(resp.AppendCommand(nil, args[0], args[1:]...)) }
 	a, b := "{a}x", "{b}x" // two slots
 	for _, tt := range []struct {
 		name, in, want string
@@ -127,13 +128,12 @@ func TestSplitBySlot(t *testing.T) {
 		{"cut short", cmd("ssubscribe", a, b)[:20], ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := splitBySlot([]byte(tt.in))
+			c := subscriptionConn{route: routeAnyNode}
+			got, _ := c.follow([]byte(tt.in))
 			if tt.want == "" {
-				assert.False(t, ok)
-				assert.Equal(t, tt.in, string(got))
+				assert.Nil(t, got, "written as it is")
 				return
 			}
-			assert.True(t, ok)
 			assert.Equal(t, tt.want, string(got))
 		})
 	}

@@ -9,10 +9,11 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // splitConn is a sharded subscription's connection as go-redis sees it:
@@ -25,7 +26,9 @@ import (
 //     the node the last slot map names for their slot (a leg is dialed on
 //     first use), SUNSUBSCRIBE's to the leg subscribed to them, and the
 //     health check's bare PING to every leg; anything else goes to the first
-//     leg, the one go-redis dialed.
+//     leg, the one go-redis dialed. Each command is read once, here: a leg
+//     is sent its share one command per slot, and its set is told (send,
+//     not subscriptionConn.Write, which would read it again).
 //   - Reads merge the legs' replies, whole replies at a time, in the order
 //     they arrive. Each leg is read by a goroutine of its own, stopped by
 //     Close. The replies go-redis did not ask for are dropped: a new leg's
@@ -57,21 +60,22 @@ type splitConn struct {
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
-	err        error // set before failed is closed
-	failOnce   sync.Once
-	closeOnce  sync.Once
-	readBy     atomic.Int64 // read deadline, unix ns; 0 for none
-	cur        []byte       // the rest of the reply being read; only Read uses it
-	mu         sync.Mutex
-	legs       []*leg                 // guarded by mu; home first
-	handshake  []byte                 // guarded by mu; what go-redis wrote before its first subscribe
-	subscribed bool                   // guarded by mu
-	writeBy    time.Time              // guarded by mu; the write deadline
-	lost       map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
-	waiting    map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
-	retrying   bool                   // guarded by mu; retry is running
-	watching   bool                   // guarded by mu; watchLegs is running
-	partial    []byte                 // guarded by mu; the start of a command go-redis has not finished writing
+	err           error // set before failed is closed
+	failOnce      sync.Once
+	closeOnce     sync.Once
+	readBy        atomic.Int64 // read deadline, unix ns; 0 for none
+	cur           []byte       // the rest of the reply being read; only Read uses it
+	mu            sync.Mutex
+	legs          []*leg                 // guarded by mu; home first
+	handshake     []byte                 // guarded by mu; what go-redis wrote before its first subscribe
+	handshakeCmds int                    // guarded by mu; the commands in handshake
+	subscribed    bool                   // guarded by mu
+	writeBy       time.Time              // guarded by mu; the write deadline
+	lost          map[string]pendingMove // guarded by mu; shard channels a node gave up, by name, until subscribed again
+	waiting       map[string]struct{}    // guarded by mu; shard channels whose owner could not be reached
+	retrying      bool                   // guarded by mu; retry is running
+	watching      bool                   // guarded by mu; watchLegs is running
+	partial       []byte                 // guarded by mu; the start of a command go-redis has not finished writing
 }
 
 // leg is one node's connection of a splitConn.
@@ -157,44 +161,30 @@ func (c *splitConn) reply(f []byte) ([]byte, error) {
 // handing whole replies to Read.
 func (c *splitConn) read(l *leg) {
 	defer c.wg.Done()
-	chunk := make([]byte, 16<<10)
-	var buf []byte
+	r := resp.NewReader(l, 16<<10)
 	for {
-		n, err := l.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		for len(buf) > 0 {
-			size, ferr := respReplyLen(buf)
-			if ferr != nil {
-				c.legFailed(l, ferr)
-				return
-			}
-			if size == 0 {
-				break
-			}
-			f := buf[:size:size]
-			buf = buf[size:]
-			if l.drop(f) {
-				continue
-			}
-			forward, rerr := c.inspect(l, f)
-			if rerr != nil {
-				c.legFailed(l, rerr)
-				return
-			}
-			if !forward {
-				continue
-			}
-			select {
-			case c.frames <- f:
-			case <-c.done:
-				return
-			}
-		}
-		if len(buf) == 0 {
-			buf = nil
+		f, err := r.Next()
+		if errors.Is(err, resp.ErrMalformed) {
+			err = fmt.Errorf("redisguard: unexpected reply from Redis on a shard subscription: %w", err)
 		}
 		if err != nil {
 			c.legFailed(l, err)
+			return
+		}
+		if l.drop(f) {
+			continue
+		}
+		forward, err := c.inspect(l, f)
+		if err != nil {
+			c.legFailed(l, err)
+			return
+		}
+		if !forward {
+			continue
+		}
+		select {
+		case c.frames <- f:
+		case <-c.done:
 			return
 		}
 	}
@@ -380,50 +370,30 @@ func (l *leg) takeSlot(slot int) []string {
 
 // parseMoved reads a "-MOVED <slot> <addr>" error reply.
 func parseMoved(f []byte) (addr string, slot int, ok bool) {
-	rest, found := bytes.CutPrefix(f, []byte("-MOVED "))
-	if !found {
+	typ, text, ok := resp.Simple(f)
+	if !ok || typ != resp.SimpleError {
 		return "", 0, false
 	}
-	fields := strings.Fields(string(rest))
-	if len(fields) != 2 {
-		return "", 0, false
-	}
-	slot, ok = respInt([]byte(fields[0]))
-	return fields[1], slot, ok && slot >= 0
+	kind, slot, addr, ok := parseRedirect(string(text))
+	return addr, slot, ok && kind == "MOVED"
 }
 
 // pubsubReply reads an SSUBSCRIBE or SUNSUBSCRIBE confirmation: an array
 // (RESP2) or push (RESP3) whose first element is the kind, and second the
 // shard channel ("" for an SUNSUBSCRIBE with nothing left).
 func pubsubReply(f []byte) (kind, channel string, ok bool) {
-	if len(f) == 0 || (f[0] != '*' && f[0] != '>') {
+	var head [2][]byte
+	if _, k, ok := resp.Elems(f, head[:]); !ok || k < 2 {
 		return "", "", false
 	}
-	n, rest, ok := parseHeader(f, f[0])
-	if !ok || n < 2 {
+	switch kind, add := subscribeKind(head[0]); {
+	case kind != shardKind:
 		return "", "", false
-	}
-	kl, rest, ok := parseHeader(rest, '$')
-	if !ok || len(rest) < kl+2 {
-		return "", "", false
-	}
-	switch name := rest[:kl]; {
-	case bytes.EqualFold(name, []byte("ssubscribe")):
-		kind = "ssubscribe"
-	case bytes.EqualFold(name, []byte("sunsubscribe")):
-		kind = "sunsubscribe"
+	case add:
+		return "ssubscribe", string(head[1]), true
 	default:
-		return "", "", false
+		return "sunsubscribe", string(head[1]), true
 	}
-	rest = rest[kl+2:]
-	if bytes.HasPrefix(rest, []byte("$-1\r\n")) || bytes.HasPrefix(rest, []byte("_\r\n")) {
-		return kind, "", true
-	}
-	cl, rest, ok := parseHeader(rest, '$')
-	if !ok || len(rest) < cl+2 {
-		return "", "", false
-	}
-	return kind, string(rest[:cl]), true
 }
 
 // drop reports whether f, read on l, is a reply go-redis did not ask for.
@@ -435,17 +405,23 @@ func (l *leg) drop(f []byte) bool {
 		l.skip.Add(-1)
 		return true
 	}
-	if l.pongs.Load() > 0 && (bytes.HasPrefix(f, pongResp2) || bytes.Equal(f, pongResp3)) {
+	if l.pongs.Load() > 0 && isPong(f) {
 		l.pongs.Add(-1)
 		return true
 	}
 	return false
 }
 
-var (
-	pongResp2 = []byte("*2\r\n$4\r\npong\r\n")
-	pongResp3 = []byte("+PONG\r\n")
-)
+// isPong reports whether f answers a PING on a subscribed connection:
+// ["pong", ""] in RESP2, +PONG in RESP3.
+func isPong(f []byte) bool {
+	if typ, text, ok := resp.Simple(f); ok {
+		return typ == resp.SimpleString && string(text) == "PONG"
+	}
+	var head [1][]byte
+	n, k, ok := resp.Elems(f, head[:])
+	return ok && n == 2 && k == 1 && string(head[0]) == "pong"
+}
 
 func (c *splitConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
@@ -469,10 +445,13 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 		outs = append(outs, out{l, append([]byte(nil), cmd...)})
 	}
+	var buf [8][]byte
+	args := buf[:0]
 	for rest := data; len(rest) > 0; {
-		n, err := respReplyLen(rest)
-		if err != nil {
-			to(c.home, rest) // not RESP: as it is, to the connection go-redis dialed
+		var n int
+		var err error
+		if args, n, err = resp.Command(rest, args); err != nil {
+			to(c.home, rest) // not a command: as it is, to the connection go-redis dialed
 			break
 		}
 		if n == 0 {
@@ -481,10 +460,9 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 		cmd := rest[:n]
 		rest = rest[n:]
-		args, _, ok := parseCommand(cmd)
 		kind, add := "", false
-		if ok && len(args) > 0 {
-			kind, add = subscribeKind(strings.ToLower(args[0]))
+		if len(args) > 0 {
+			kind, add = subscribeKind(args[0])
 		}
 		if kind != "" {
 			c.subscribed = true
@@ -492,20 +470,23 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		switch {
 		case !c.subscribed: // the handshake, replayed on every other leg
 			c.handshake = append(c.handshake, cmd...)
+			c.handshakeCmds++
 			to(c.home, cmd)
 		case kind == shardKind && len(args) > 1:
-			groups, err := c.route(args[1:], add)
+			groups, err := c.route(asStrings(args[1:]), add)
 			if err != nil {
 				return 0, err
 			}
 			for _, g := range groups {
-				to(g.l, appendCommand(nil, args[0], g.channels))
+				g.l.apply(kind, add, g.channels)
+				to(g.l, appendBySlot(nil, string(args[0]), g.channels))
 			}
 		case kind == shardKind: // SUNSUBSCRIBE from everything
 			clear(c.waiting)
 			clear(c.lost)
 			for _, l := range c.legs {
 				l.expect(nil)
+				l.apply(kind, add, nil)
 				to(l, cmd)
 			}
 		case bytes.Equal(cmd, pingCmd):
@@ -516,11 +497,14 @@ func (c *splitConn) Write(p []byte) (int, error) {
 				to(l, cmd)
 			}
 		default:
+			if kind != "" {
+				c.home.apply(kind, add, asStrings(args[1:]))
+			}
 			to(c.home, cmd)
 		}
 	}
 	for _, o := range outs {
-		if _, err := o.l.Write(o.b); err != nil {
+		if _, err := o.l.send(o.b); err != nil {
 			if o.l == c.home {
 				return 0, err
 			}
@@ -528,6 +512,22 @@ func (c *splitConn) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// apply records a command of kind that l is sent (subscriptionSet.apply).
+func (l *leg) apply(kind string, add bool, names []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.subs.apply(kind, add, names)
+}
+
+// appendBySlot appends the command name of chans to b, one per slot
+// (bySlot).
+func appendBySlot(b []byte, name string, chans []string) []byte {
+	for _, g := range bySlot(chans) {
+		b = resp.AppendCommand(b, name, g...)
+	}
+	return b
 }
 
 // expect records the SUNSUBSCRIBE replies l will send for chans, nil for
@@ -743,9 +743,9 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 	}
 	l := &leg{subscriptionConn: conn}
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-	l.skip.Store(int32(countCommands(c.handshake)))
+	l.skip.Store(int32(c.handshakeCmds))
 	if len(c.handshake) > 0 {
-		if _, err := l.Write(c.handshake); err != nil {
+		if _, err := l.send(c.handshake); err != nil {
 			_ = l.Close()
 			return nil, err
 		}
@@ -792,7 +792,7 @@ func (c *splitConn) pingQuietLegs() {
 		}
 		l.pongs.Add(1)
 		_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-		if _, err := l.Write(pingCmd); err != nil && l != c.home {
+		if _, err := l.send(pingCmd); err != nil && l != c.home {
 			c.retire(l, err) // the first leg's reader fails the connection
 		}
 	}
@@ -813,26 +813,14 @@ func (c *splitConn) ownDeadline(d time.Duration) time.Time {
 // A leg other than the first that fails is retired. c.mu is held.
 func (c *splitConn) subscribe(l *leg, chans []string) error {
 	_ = l.SetWriteDeadline(c.ownDeadline(c.s.k.cfg.WriteTimeout))
-	if _, err := l.Write(appendCommand(nil, "ssubscribe", chans)); err != nil {
+	l.apply(shardKind, true, chans)
+	if _, err := l.send(appendBySlot(nil, "ssubscribe", chans)); err != nil {
 		if l == c.home {
 			return err
 		}
 		c.retire(l, err)
 	}
 	return nil
-}
-
-// countCommands counts the RESP commands in p.
-func countCommands(p []byte) int {
-	n := 0
-	for len(p) > 0 {
-		_, rest, ok := parseCommand(p)
-		if !ok {
-			break
-		}
-		n, p = n+1, rest
-	}
-	return n
 }
 
 // ownerOf returns the master of slot in the last slot map; "" if there is
@@ -905,82 +893,4 @@ func (c *splitConn) SetWriteDeadline(t time.Time) error {
 		err = errors.Join(err, l.SetWriteDeadline(t))
 	}
 	return err
-}
-
-// respReplyLen returns the length of the first whole RESP2 or RESP3 reply
-// in b, or 0 if b holds only the start of one.
-func respReplyLen(b []byte) (int, error) {
-	pos, want := 0, 1
-	for want > 0 {
-		end := bytes.Index(b[pos:], crlf)
-		if end < 0 {
-			return 0, nil
-		}
-		typ, line := b[pos], b[pos+1:pos+end]
-		pos += end + 2
-		want--
-		switch typ {
-		case '+', '-', ':', ',', '#', '_', '(':
-		case '$', '!', '=': // blob string, blob error, verbatim string
-			n, ok := respInt(line)
-			if !ok {
-				return 0, errBadReply(typ, line)
-			}
-			if n < 0 {
-				continue // null
-			}
-			if len(b)-pos < n+2 {
-				return 0, nil
-			}
-			pos += n + 2
-		case '*', '~', '>', '%', '|': // array, set, push, map, attribute
-			n, ok := respInt(line)
-			if !ok {
-				return 0, errBadReply(typ, line)
-			}
-			switch {
-			case n < 0:
-			case typ == '%':
-				want += 2 * n
-			case typ == '|':
-				want += 2*n + 1 // the reply the attributes are about follows
-			default:
-				want += n
-			}
-		default:
-			return 0, errBadReply(typ, line)
-		}
-	}
-	return pos, nil
-}
-
-var crlf = []byte("\r\n")
-
-func errBadReply(typ byte, line []byte) error {
-	if len(line) > 32 {
-		line = line[:32]
-	}
-	return fmt.Errorf("redisguard: unexpected reply from Redis on a shard subscription: %q", append([]byte{typ}, line...))
-}
-
-// respInt parses a RESP length, which may be -1.
-func respInt(b []byte) (int, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	n := 0
-	for _, d := range b {
-		if d < '0' || d > '9' {
-			return 0, false
-		}
-		n = n*10 + int(d-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }

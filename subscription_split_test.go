@@ -15,51 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/resp"
 )
-
-func TestRespReplyLen(t *testing.T) {
-	for _, tt := range []struct {
-		name, in string
-		whole    bool // in is one whole reply; otherwise the start of one
-	}{
-		{"simple", "+OK\r\n", true},
-		{"error", "-ERR no\r\n", true},
-		{"integer", ":12\r\n", true},
-		{"bulk", "$5\r\nhello\r\n", true},
-		{"bulk holding CRLF", "$4\r\na\r\nb\r\n", true},
-		{"null bulk", "$-1\r\n", true},
-		{"null array", "*-1\r\n", true},
-		{"message", "*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
-		{"nested", "*2\r\n*1\r\n:1\r\n$0\r\n\r\n", true},
-		{"push", ">3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$1\r\n1\r\n", true},
-		{"map", "%1\r\n+a\r\n:1\r\n", true},
-		{"attribute then reply", "|1\r\n+a\r\n:1\r\n+OK\r\n", true},
-		{"resp3 scalars", "*4\r\n_\r\n#t\r\n,1.5\r\n(12\r\n", true},
-		{"verbatim", "=7\r\ntxt:abc\r\n", true},
-		{"cut in a header", "*3\r\n$8\r", false},
-		{"cut in a bulk", "$5\r\nhel", false},
-		{"cut before CRLF", "$5\r\nhello", false},
-		{"cut in an array", "*2\r\n:1\r\n", false},
-		{"empty", "", false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			n, err := respReplyLen([]byte(tt.in))
-			require.NoError(t, err)
-			if !tt.whole {
-				assert.Zero(t, n)
-				return
-			}
-			assert.Equal(t, len(tt.in), n)
-			n, err = respReplyLen([]byte(tt.in + "+next\r\n"))
-			require.NoError(t, err)
-			assert.Equal(t, len(tt.in), n, "a reply followed by another")
-		})
-	}
-	for _, bad := range []string{"?1\r\n", "$x\r\n", "*\r\n", "$99999999999999999999\r\n"} {
-		_, err := respReplyLen([]byte(bad))
-		assert.Error(t, err, "%q", bad)
-	}
-}
 
 // receiveEach publishes on every channel until ps has received a message
 // on each.
@@ -384,11 +341,11 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 		f := newSubscriptionsFixture(t)
 		c, nodes := f.split(t)
 		a := nodes.get(t, "a:1")
-		both := string(appendCommand(nil, "ssubscribe", []string{"s", "t"}))
+		both := string(resp.AppendCommand(nil, "ssubscribe", "s", "t"))
 		write(t, c, both)
-		a.expect(t, string(appendCommand(nil, "ssubscribe", []string{"s"}))+string(appendCommand(nil, "ssubscribe", []string{"t"})))
-		write(t, c, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
-		a.expect(t, string(appendCommand(nil, "sunsubscribe", []string{"t"})))
+		a.expect(t, string(resp.AppendCommand(nil, "ssubscribe", "s"))+string(resp.AppendCommand(nil, "ssubscribe", "t")))
+		write(t, c, string(resp.AppendCommand(nil, "sunsubscribe", "t")))
+		a.expect(t, string(resp.AppendCommand(nil, "sunsubscribe", "t")))
 		a.send(t, sunsubscribedS) // s's slot moved away, before t's reply
 		a.expect(t, ssubscribeS)  // s is subscribed again
 		unsubscribedT := ">3\r\n$12\r\nsunsubscribe\r\n$1\r\nt\r\n:1\r\n"
@@ -420,8 +377,8 @@ func TestSplitConnFollowsItsChannels(t *testing.T) {
 			_, waiting := c.waiting["s"]
 			return waiting
 		}, 5*time.Second, time.Millisecond, "s does not wait for its unreachable owner")
-		write(t, c, string(appendCommand(nil, "sunsubscribe", nil)))
-		a.expect(t, string(appendCommand(nil, "sunsubscribe", nil)))
+		write(t, c, string(resp.AppendCommand(nil, "sunsubscribe")))
+		a.expect(t, string(resp.AppendCommand(nil, "sunsubscribe")))
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		assert.Empty(t, c.waiting)

@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisguard/redisguard"
 	"github.com/redisguard/redisguard/internal/redisproc"
 )
@@ -24,13 +22,15 @@ import (
 const demoUsage = `usage: redisguard demo [flags]
 
 Drives the same workload through stock go-redis and through redisguard, side
-by side, while the server is healthy, hangs, and recovers; prints a table per
-second, a verdict, and an SVG chart.
+by side, against three Redis nodes holding a third of the keys each, while
+one node is healthy, hangs, and recovers; prints a table per second, a
+verdict, and an SVG chart.
 
-By default the server is an embedded Redis (miniredis) behind an in-process
-fault proxy: nothing but Go is needed. With --cluster it is a real Redis
-Cluster of three masters (redis-server must be on PATH, or see
---redis-server), and one master is paused with SIGSTOP.
+By default the nodes are three embedded Redis servers (miniredis), each
+behind an in-process fault proxy, and each side has one client per server:
+nothing but Go is needed. With --cluster they are a real Redis Cluster of
+three masters (redis-server must be on PATH, or see --redis-server), each
+side has one cluster client, and one master is paused with SIGSTOP.
 
 Flags:
 `
@@ -53,10 +53,10 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	var o demoOptions
-	fs.DurationVar(&o.healthy, "healthy", 3*time.Second, "how long the server is healthy before the fault")
+	fs.DurationVar(&o.healthy, "healthy", 3*time.Second, "how long every node is healthy before the fault")
 	fs.DurationVar(&o.hang, "hang", 6*time.Second, "how long the fault lasts")
 	fs.DurationVar(&o.recovered, "recovered", 4*time.Second, "how long the demo goes on after the fault")
-	fs.IntVar(&o.workers, "workers", 50, "callers per client; each client's pool has as many connections")
+	fs.IntVar(&o.workers, "workers", 50, "callers per side; each node's pool has as many connections")
 	fs.IntVar(&o.rate, "rate", 50, "calls per second each caller makes while it is not waiting on Redis")
 	fs.StringVar(&o.svg, "svg", "demo.svg", `where to write the chart ("" for none)`)
 	fs.BoolVar(&o.cluster, "cluster", false, "run against a real 3-master Redis Cluster and pause one master")
@@ -132,7 +132,7 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 	var closeOnce sync.Once
 	var closeErr error
 	closeClients := func() error {
-		closeOnce.Do(func() { closeErr = errors.Join(stock.Close(), guard.Close()) })
+		closeOnce.Do(func() { closeErr = errors.Join(stock.close(), guard.close()) })
 		return closeErr
 	}
 	defer func() { err = errors.Join(err, closeClients()) }()
@@ -142,9 +142,9 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 	printTableHeader(out)
 
 	wl := workload{workers: o.workers, interval: time.Second / time.Duration(o.rate), keys: be.keys()}
-	for _, c := range []redis.UniversalClient{stock, guard} {
+	for _, f := range []fleet{stock, guard} {
 		warmCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := wl.warm(warmCtx, c)
+		err := f.warm(warmCtx, o.workers)
 		cancel()
 		if ctx.Err() != nil {
 			return errInterrupted
@@ -189,6 +189,10 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 	prog := newProgress(errOut, tl.end)
 	evq := &eventQueue{start: start, ch: events}
 	faulted, healed := false, false
+	// actual is the timeline as it happened: the fault begins and ends on
+	// the first tick past its time, later on a loaded machine. The verdict
+	// and the chart use it; the table's phases follow the plan.
+	actual := tl
 	printed := 0
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
@@ -208,14 +212,14 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 					stopWorkers(0)
 					return err
 				}
-				faulted = true
+				faulted, actual.faultAt = true, time.Since(start)
 			}
 			if faulted && !healed && elapsed >= tl.healAt {
 				if err := be.heal(); err != nil {
 					stopWorkers(0)
 					return err
 				}
-				healed = true
+				healed, actual.healAt = true, time.Since(start)
 			}
 			// Print second s half a tick after it ended, so calls that
 			// finished just before the boundary are in.
@@ -229,7 +233,7 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 				prog.clear()
 				stopWorkers(2 * demoTimeout)
 				evq.print(out, tl.end+time.Hour)
-				return report(out, o, be, tl, recs, evq.shown, &dropped)
+				return report(out, o, be, actual, recs, evq.shown, &dropped)
 			}
 			prog.show(elapsed, tl.phase(elapsed, be.faultName()))
 		}
@@ -238,20 +242,24 @@ func runDemo(ctx context.Context, o demoOptions, out, errOut io.Writer) (err err
 
 // printHeader says what is about to happen, before the table.
 func printHeader(out io.Writer, o demoOptions, be backend, tl timeline) {
-	header := fmt.Sprintf("redisguard demo: %s. Two clients, go-redis alone and redisguard, each with %d callers "+
-		"making %d calls/s (a GET of a random key), %d connections and %s timeouts; redisguard's breaker opens "+
-		"after %d failures and probes the node on its own connections until it answers. At %s: %s (%s). At %s it recovers.",
-		be.describe(), o.workers, o.rate, o.workers, fmtSecs(demoTimeout), demoThreshold,
+	header := fmt.Sprintf("redisguard demo: %s. Both sides, go-redis alone and redisguard, have %d callers "+
+		"making %d calls/s each (a GET of a random key), %d connections per node and %s timeouts; every other "+
+		"setting is the default. A caller serves one request at a time, so while it waits on a sick node its "+
+		"other requests wait too. redisguard opens a node's breaker when the node leaves its commands "+
+		"unanswered for %s or fails %d times in a row, fails the node's calls at once while it probes the node "+
+		"on connections of its own, and lets them through again at its first answer. At %s: %s (%s). At %s it recovers.",
+		be.describe(), o.workers, o.rate, o.workers, fmtSecs(demoTimeout),
+		fmtLat(redisguard.DefaultHungNodeAfter), redisguard.DefaultNodeFailureThreshold,
 		fmtSecs(tl.faultAt), be.faultName(), be.faultDetail(), fmtSecs(tl.healAt))
-	stuck := fmt.Sprintf("\"stuck\" is the average number of callers (of %d) inside a Redis call that has taken over %s.",
-		o.workers, fmtLat(stuckAfter))
+	stuck := fmt.Sprintf("ok/s counts calls that succeeded, fail/s calls that failed; \"stuck\" is the average "+
+		"number of callers (of %d) inside a Redis call that has taken over %s.", o.workers, fmtLat(stuckAfter))
 	fmt.Fprintf(out, "%s\n\n%s\n\n", wrap(header, 100), wrap(stuck, 100))
 }
 
-// startBackend starts the embedded server or the cluster.
+// startBackend starts the embedded servers or the cluster.
 func startBackend(o demoOptions, errOut io.Writer) (backend, error) {
 	if !o.cluster {
-		return startEmbedded()
+		return startSharded()
 	}
 	bin := o.redisServer
 	if bin == "" {
@@ -305,7 +313,9 @@ func report(out io.Writer, o demoOptions, be backend, tl timeline, recs [2]*reco
 		series[i] = chartSeries{name: []string{"go-redis alone", "redisguard"}[i], color: []string{colorStock, colorGuard}[i], ticks: ticks}
 		errs[i] = errorKinds(calls)
 	}
-	fmt.Fprintf(out, "\n%s\n", wrap(verdict(be.faultName(), o.hang, o.workers, o.cluster, sums[0], sums[1]), 100))
+	sc := scene{fault: be.faultName(), sick: be.sickNode(), healthy: "the two healthy " + be.nodes(),
+		sickAddr: be.sickAddr(), tl: tl, events: events}
+	fmt.Fprintf(out, "\n%s\n", wrap(verdict(sc, recs[1].start, sums[0], sums[1]), 100))
 	fmt.Fprintf(out, "\n%s\n%s\n", wrap("Errors callers saw with go-redis alone: "+errs[0]+".", 100),
 		wrap("With redisguard: "+errs[1]+".", 100))
 	if n := dropped.Load(); n > 0 {
@@ -314,20 +324,22 @@ func report(out io.Writer, o demoOptions, be backend, tl timeline, recs [2]*reco
 	if o.svg == "" {
 		return nil
 	}
-	scenario := "One Redis server hangs"
+	scenario := "One of three Redis servers hangs"
 	if o.cluster {
 		scenario = "One of three cluster masters hangs"
 	}
 	c := chart{
-		title: scenario + " for " + fmtSecs(o.hang) + ": go-redis alone vs redisguard",
-		subtitle: fmt.Sprintf("%d callers per client, %d calls/s each; %s timeouts; breaker opens after %d failures, default recovery",
-			o.workers, o.rate, fmtSecs(demoTimeout), demoThreshold),
-		fault:   be.faultName(),
-		tl:      tl,
-		workers: o.workers,
-		series:  series,
-		start:   recs[1].start,
-		events:  events,
+		title: scenario + " for " + fmtSecs(tl.healAt-tl.faultAt) + ": go-redis alone vs redisguard",
+		subtitle: fmt.Sprintf("%d callers per side, %d calls/s each; %d connections per node and %s timeouts on both sides, all else default",
+			o.workers, o.rate, o.workers, fmtSecs(demoTimeout)),
+		fault:        be.faultName(),
+		healthyRate:  (sums[0].baseHealthyOK + sums[1].baseHealthyOK) / 2,
+		healthyLabel: "calls ok / s for the two healthy " + be.nodes() + " before the fault",
+		tl:           tl,
+		workers:      o.workers,
+		series:       series,
+		start:        recs[1].start,
+		events:       events,
 	}
 	f, err := os.Create(o.svg)
 	if err != nil {

@@ -21,7 +21,7 @@ const tick = 100 * time.Millisecond
 // machine far less than this.
 const stuckAfter = 100 * time.Millisecond
 
-// recorder collects what one client's callers experienced. Workers report
+// recorder collects what one side's callers experienced. Workers report
 // each call as it ends; the table also looks at the calls still in flight.
 type recorder struct {
 	start time.Time
@@ -133,8 +133,7 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 }
 
 // keyspace is the set of keys the workload reads, grouped by whether the
-// fault hits them: group 0 is on the sick node, group 1 elsewhere. In the
-// embedded demo there is one server, so every key is in group 0.
+// fault hits them: group 0 is on the sick node, group 1 on the others.
 type keyspace [2][]string
 
 const (
@@ -160,24 +159,10 @@ type workload struct {
 	keys     *keyspace
 }
 
-// warm opens the client's connections before the clock starts, as a service
-// that has been running would have them: one PING per worker, all at once.
-func (wl workload) warm(ctx context.Context, c redis.UniversalClient) error {
-	errs := make(chan error, wl.workers)
-	for range wl.workers {
-		go func() { errs <- c.Ping(ctx).Err() }()
-	}
-	var err error
-	for range wl.workers {
-		err = errors.Join(err, <-errs)
-	}
-	return err
-}
-
-// run starts the workers for one client and returns a function that waits
+// run starts the workers for one side and returns a function that waits
 // for them. They stop when ctx is done; calls cut short by that are not
 // recorded, since they say nothing about the server.
-func (wl workload) run(ctx context.Context, c redis.UniversalClient, rec *recorder, seed uint64) (wait func()) {
+func (wl workload) run(ctx context.Context, f fleet, rec *recorder, seed uint64) (wait func()) {
 	var wg sync.WaitGroup
 	for w := range wl.workers {
 		wg.Add(1)
@@ -194,7 +179,7 @@ func (wl workload) run(ctx context.Context, c redis.UniversalClient, rec *record
 				key, group := wl.keys.pick(rng)
 				start := time.Now()
 				rec.inCall[w].Store(start.UnixNano())
-				err := c.Get(ctx, key).Err()
+				err := f.get(ctx, key)
 				end := time.Now()
 				rec.inCall[w].Store(0)
 				if ctx.Err() != nil {

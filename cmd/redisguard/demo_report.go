@@ -32,7 +32,7 @@ func (tl timeline) phase(at time.Duration, fault string) string {
 	return "recovered"
 }
 
-// Table layout: the time and phase, then four columns per client.
+// Table layout: the time and phase, then four columns per side.
 const (
 	tableHeadFmt = "%6s  %-14s |%37s |%37s\n"
 	tableRowFmt  = "%6s  %-14s |%8s %8s %9s %9s |%8s %8s %9s %9s\n"
@@ -91,17 +91,16 @@ func fmtLat(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
 }
 
-// summary is what one client's callers went through, in numbers.
+// summary is what one side's callers went through, in numbers. Served
+// means succeeded: a call that failed, fast or not, served no one.
 type summary struct {
-	baseOK        float64 // ok calls/s while healthy (the first second is warm-up)
+	baseOK        float64 // calls served/s while healthy (the first second is warm-up)
 	baseHealthyOK float64 // of which for keys the fault does not touch
-	hangOK        float64 // ok calls/s during the fault
+	hangOK        float64 // calls served/s during the fault
 	hangHealthyOK float64 // of which for keys the fault does not touch
-	hangAnswered  float64 // calls answered (ok or failed)/s during the fault
 
-	stuckFor      time.Duration // how long at least half the callers were stuck
-	callerSeconds float64       // time spent in calls longer than stuckAfter, summed over callers
-	longest       time.Duration // the longest call
+	stuckFor time.Duration // how long at least half the callers were stuck
+	longest  time.Duration // the longest call
 
 	failsFast     bool          // some call failed fast during the fault
 	failFastAfter time.Duration // from the fault to the first call that failed fast
@@ -112,7 +111,7 @@ type summary struct {
 	recoveredAfter time.Duration // from healing to the end of the first such call
 }
 
-// summarize turns a client's record into its summary.
+// summarize turns a side's record into its summary.
 func summarize(workers int, tl timeline, ticks []tickStats, calls []call) summary {
 	var s summary
 	perSec := func(n int, from, to time.Duration) float64 {
@@ -122,25 +121,19 @@ func summarize(workers int, tl timeline, ticks []tickStats, calls []call) summar
 		return float64(n) / (to - from).Seconds()
 	}
 	warm := min(time.Second, tl.faultAt/2)
-	var baseOK, baseHealthy, hangOK, hangHealthy, hangAll int
+	var baseOK, baseHealthy, hangOK, hangHealthy int
 	var fastLat []time.Duration
 	for _, c := range calls {
 		lat := c.lat()
 		s.longest = max(s.longest, lat)
-		if lat > stuckAfter {
-			s.callerSeconds += lat.Seconds()
-		}
-		switch {
-		case c.end >= warm && c.end < tl.faultAt:
-			if c.err == nil {
+		if c.err == nil {
+			switch {
+			case c.end >= warm && c.end < tl.faultAt:
 				baseOK++
 				if c.group == groupHealthy {
 					baseHealthy++
 				}
-			}
-		case c.end >= tl.faultAt && c.end < tl.healAt:
-			hangAll++
-			if c.err == nil {
+			case c.end >= tl.faultAt && c.end < tl.healAt:
 				hangOK++
 				if c.group == groupHealthy {
 					hangHealthy++
@@ -176,7 +169,6 @@ func summarize(workers int, tl timeline, ticks []tickStats, calls []call) summar
 	s.baseHealthyOK = perSec(baseHealthy, warm, tl.faultAt)
 	s.hangOK = perSec(hangOK, tl.faultAt, tl.healAt)
 	s.hangHealthyOK = perSec(hangHealthy, tl.faultAt, tl.healAt)
-	s.hangAnswered = perSec(hangAll, tl.faultAt, tl.healAt)
 	for i, t := range ticks {
 		if time.Duration(i)*tick >= tl.faultAt && 2*t.stuckCallers() >= float64(workers) {
 			s.stuckFor += tick
@@ -185,37 +177,92 @@ func summarize(workers int, tl timeline, ticks []tickStats, calls []call) summar
 	return s
 }
 
-// verdict is the closing paragraph: how long callers were stuck with each
-// client, and what that cost.
-func verdict(fault string, hang time.Duration, workers int, cluster bool, stock, guard summary) string {
+// scene is what the verdict says about the run besides the two sides'
+// summaries.
+type scene struct {
+	fault    string   // the fault's name ("server hung")
+	sick     string   // the sick node, as the prose names it ("the hung server")
+	healthy  string   // the others ("the two healthy servers")
+	sickAddr string   // the sick node's address, as events name it
+	tl       timeline // as it happened
+	events   []redisguard.Event
+}
+
+// opened returns redisguard's first breaker opening for the sick node
+// during the fault, and how many times breakers of other nodes opened
+// from the fault on. Event times are relative to start.
+func (sc scene) opened(start time.Time) (first *redisguard.Event, others int) {
+	for i, e := range sc.events {
+		at := e.Time.Sub(start)
+		if e.Kind != redisguard.EventBreakerOpened || at < sc.tl.faultAt {
+			continue
+		}
+		switch {
+		case e.Addr != sc.sickAddr:
+			others++
+		case first == nil && at < sc.tl.healAt:
+			first = &sc.events[i]
+		}
+	}
+	return first, others
+}
+
+// verdict is the closing paragraph: what each side kept serving while one
+// node was sick, why, and how soon the sick node's keys were served again.
+func verdict(sc scene, start time.Time, stock, guard summary) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Verdict: the fault (%s) lasted %s. ", fault, fmtSecs(hang))
-	fmt.Fprintf(&b, "With go-redis alone, callers were stuck for %s", fmtSecs(stock.stuckFor))
+	fmt.Fprintf(&b, "Verdict: the fault (%s) lasted from %s to %s (%s). ",
+		sc.fault, fmtSecs(sc.tl.faultAt), fmtSecs(sc.tl.healAt), fmtSecs(sc.tl.healAt-sc.tl.faultAt))
+
+	fmt.Fprintf(&b, "With go-redis alone, calls served fell from %.0f/s before it to %.0f/s during it, "+
+		"and those for %s from %.0f/s to %.0f/s (%s). ",
+		stock.baseOK, stock.hangOK, sc.healthy, stock.baseHealthyOK, stock.hangHealthyOK, pct(stock.hangHealthyOK, stock.baseHealthyOK))
+	fmt.Fprintf(&b, "Its callers were stuck for %s", fmtSecs(stock.stuckFor))
 	if stock.failsFast {
 		fmt.Fprintf(&b, " (some calls failed fast after %s)", fmtSecs(stock.failFastAfter))
 	} else {
-		fmt.Fprintf(&b, ": every call for the sick node waited out the %s read timeout", fmtSecs(demoTimeout))
+		fmt.Fprintf(&b, ": every call for %s waited out the %s read timeout", sc.sick, fmtSecs(demoTimeout))
 		if stock.longest > 3*demoTimeout/2 {
-			b.WriteString(", some several times over as go-redis retried")
+			b.WriteString(", some more than once as go-redis retried")
 		}
 	}
-	fmt.Fprintf(&b, ", %d callers spent %.0f caller-seconds waiting (longest call %s), and they answered %.0f calls/s instead of %.0f. ",
-		workers, stock.callerSeconds, fmtLat(stock.longest), stock.hangAnswered, stock.baseOK)
-	fmt.Fprintf(&b, "With redisguard, callers were stuck for %s", fmtSecs(guard.stuckFor))
+	fmt.Fprintf(&b, " (longest call %s), and a caller waiting there served no one else. ", fmtLat(stock.longest))
+
+	fmt.Fprintf(&b, "With redisguard, calls served fell from %.0f/s to %.0f/s, and those for %s went from %.0f/s to %.0f/s (%s). ",
+		guard.baseOK, guard.hangOK, sc.healthy, guard.baseHealthyOK, guard.hangHealthyOK, pct(guard.hangHealthyOK, guard.baseHealthyOK))
+	fmt.Fprintf(&b, "Its callers were stuck for %s", fmtSecs(guard.stuckFor))
+	first, others := sc.opened(start)
+	switch {
+	case first == nil:
+		fmt.Fprintf(&b, ": the breaker of %s did not open during the fault", sc.sick)
+	case first.Decision == redisguard.DecisionSilent:
+		fmt.Fprintf(&b, ": the breaker of %s opened %s into the fault, when the node had left its commands unanswered for %s",
+			sc.sick, fmtSecs(first.Time.Sub(start)-sc.tl.faultAt), fmtLat(first.Duration))
+	default:
+		fmt.Fprintf(&b, ": the breaker of %s opened %s into the fault, after its commands failed %d times in a row",
+			sc.sick, fmtSecs(first.Time.Sub(start)-sc.tl.faultAt), redisguard.DefaultNodeFailureThreshold)
+	}
 	if guard.failsFast {
-		fmt.Fprintf(&b, ": %d timeouts opened the breaker %s into the fault, after which calls for the sick node failed in %s (p99) with %s",
-			demoThreshold, fmtSecs(guard.failFastAfter), fmtLat(guard.failFastP99), errName(guard.failFastErr))
+		fmt.Fprintf(&b, ", and from then on calls for it failed in %s (p99) with %s", fmtLat(guard.failFastP99), errName(guard.failFastErr))
 	}
-	fmt.Fprintf(&b, "; %.0f caller-seconds were spent waiting in all, mostly before the breaker opened and in its recovery probes, and callers answered %.0f calls/s. ",
-		guard.callerSeconds, guard.hangAnswered)
-	if cluster {
-		fmt.Fprintf(&b, "Calls for the two healthy masters went on at %.0f/s with go-redis (%s of before) and %.0f/s with redisguard (%s). ",
-			stock.hangHealthyOK, pct(stock.hangHealthyOK, stock.baseHealthyOK),
-			guard.hangHealthyOK, pct(guard.hangHealthyOK, guard.baseHealthyOK))
+	b.WriteString(". ")
+	if others > 0 {
+		fmt.Fprintf(&b, "Breakers of %s opened %s too, turning their calls away until a probe was answered. ", sc.healthy, times(others))
 	}
-	fmt.Fprintf(&b, "After the fault, go-redis served the sick node's keys again %s and redisguard %s.",
-		recoveryText(stock), recoveryText(guard))
+	fmt.Fprintf(&b, "After the fault, go-redis served the keys of %s again %s and redisguard %s.",
+		sc.sick, recoveryText(stock), recoveryText(guard))
 	return b.String()
+}
+
+// times says n times in words: "once", "twice", "3 times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return strconv.Itoa(n) + " times"
 }
 
 func recoveryText(s summary) string {

@@ -13,16 +13,22 @@ import (
 	"github.com/redisguard/redisguard"
 )
 
-// chart is what the SVG shows: calls per second for each client, split into
-// answered and failed, and how many callers were stuck, over time, with the fault window shaded and redisguard's breaker events marked.
+// chart is what the SVG shows: calls per second for each side, split into
+// served (ok) and failed, and how many callers were stuck, over time, with
+// the fault window shaded and redisguard's breaker events marked.
 type chart struct {
 	title, subtitle string
 	fault           string // label of the shaded window
 	tl              timeline
 	workers         int
 	series          [2]chartSeries // go-redis, redisguard
-	start           time.Time      // when the run started: event times are relative to it
-	events          []redisguard.Event
+	// healthyRate is the rate at which the healthy nodes' keys were served
+	// before the fault, drawn across the fault window as the level a side
+	// that kept serving them would hold; 0 draws nothing.
+	healthyRate  float64
+	healthyLabel string
+	start        time.Time // when the run started: event times are relative to it
+	events       []redisguard.Event
 }
 
 type chartSeries struct {
@@ -37,8 +43,8 @@ const (
 	plotL, plotR       = 90, svgW - 40
 	rateTop, rateBot   = 170, 410
 	waitTop, waitBot   = 480, 590
-	legendY            = 80
-	legendRowH         = 20
+	legendY            = 76
+	legendRowH         = 18
 	legendColW         = 230
 	rateBucket         = 5 // ticks per point of the calls/s lines: per-tick counts are noisy
 	eventLabelFontSize = 10
@@ -48,6 +54,9 @@ var (
 	colorStock = "#d1495b" // go-redis
 	colorGuard = "#2e6fba" // redisguard
 )
+
+// healthyStroke draws the level of the healthy nodes' calls before the fault.
+const healthyStroke = `stroke="#888" stroke-width="1.2"`
 
 // writeSVG renders c as a standalone SVG document.
 func (c chart) writeSVG(w io.Writer) error {
@@ -61,7 +70,7 @@ func (c chart) writeSVG(w io.Writer) error {
 			maxRate = max(maxRate, p.ok, p.failed)
 		}
 	}
-	rateStep := niceStep(maxRate / 5)
+	rateStep := max(niceStep(maxRate/5), 1) // whole calls: the labels are rounded
 	rateMax := rateStep * math.Ceil(maxRate/rateStep)
 	yRate := func(v float64) float64 { return rateBot - (rateBot-rateTop)*v/rateMax }
 	yWait := func(v float64) float64 { return waitBot - (waitBot-waitTop)*v/float64(max(c.workers, 1)) }
@@ -72,13 +81,13 @@ func (c chart) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<text x="%d" y="30" font-size="18" font-weight="bold">%s</text>`+"\n", plotL, esc(c.title))
 	fmt.Fprintf(&b, `<text x="%d" y="52" font-size="13" fill="#555">%s</text>`+"\n", plotL, esc(c.subtitle))
 
-	// Legend: one row per client; colour is the client, dash the outcome.
+	// Legend: one row per side; colour is the side, dash the outcome.
 	for i, s := range c.series {
 		y := float64(legendY + i*legendRowH)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-weight="bold" fill="%s">%s</text>`+"\n", plotL, y+4, s.color, esc(s.name))
 		for j, failed := range []bool{false, true} {
 			lx := float64(plotL + 150 + j*legendColW)
-			label := "calls answered / s"
+			label := "calls ok / s"
 			if failed {
 				label = "calls failed / s"
 			}
@@ -93,6 +102,11 @@ func (c chart) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
 		lx+15, legendY+legendRowH-7, lx+15, legendY+legendRowH+7, colorGuard)
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d">redisguard breaker event</text>`+"\n", lx+38, legendY+legendRowH+4)
+	if c.healthyRate > 0 {
+		lx, y := float64(plotL+150), legendY+2*legendRowH
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" %s/>`+"\n", lx, y, lx+30, y, healthyStroke)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", lx+38, y+4, esc(c.healthyLabel))
+	}
 
 	// The fault window goes first, so everything else is drawn over it.
 	x0, x1 := x(c.tl.faultAt.Seconds()), x(c.tl.healAt.Seconds())
@@ -107,6 +121,10 @@ func (c chart) writeSVG(w io.Writer) error {
 		gridLine(&b, yRate(v), groupThousands(v))
 	}
 	fmt.Fprintf(&b, `<text transform="translate(28 %d) rotate(-90)" text-anchor="middle">calls / s</text>`+"\n", (rateTop+rateBot)/2)
+	if c.healthyRate > 0 {
+		y := yRate(c.healthyRate)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" %s/>`+"\n", x0, y, x1, y, healthyStroke)
+	}
 	for _, s := range c.series {
 		pts := rates(s.ticks)
 		for _, failed := range []bool{false, true} {
@@ -129,7 +147,7 @@ func (c chart) writeSVG(w io.Writer) error {
 	xTicks(&b, rateBot, end, x, false)
 
 	// Waiting-callers panel.
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" font-weight="bold">Callers stuck: in a Redis call for over %s (average, of %d per client)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" font-weight="bold">Callers stuck: in a Redis call for over %s (average, of %d per side)</text>`+"\n",
 		plotL, waitTop-12, fmtLat(stuckAfter), c.workers)
 	for _, v := range []int{0, c.workers / 2, c.workers} {
 		gridLine(&b, yWait(float64(v)), strconv.Itoa(v))
@@ -155,10 +173,10 @@ func (c chart) writeSVG(w io.Writer) error {
 }
 
 // eventMarks draws redisguard's breaker transitions as dotted verticals
-// across the calls panel, labelled above it. Labels that would collide
-// with the previous one move up a line.
+// across the calls panel, labelled above it (see placeMarks).
 func (c chart) eventMarks(b *bytes.Buffer, x func(float64) float64, end float64) {
-	lastX, row := -1e9, 0
+	var xs []float64
+	var labels []string
 	for _, e := range c.events {
 		var label string
 		switch e.Kind {
@@ -175,18 +193,85 @@ func (c chart) eventMarks(b *bytes.Buffer, x func(float64) float64, end float64)
 		if at < 0 || at > end {
 			continue
 		}
-		ex := x(at)
-		if ex-lastX < 7*float64(len(label)) {
-			row = (row + 1) % 2
-		} else {
-			row = 0
-		}
-		lastX = ex
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
-			ex, rateTop-4-12*row, ex, rateBot, colorGuard)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="%d" fill="%s" text-anchor="middle">%s</text>`+"\n",
-			ex, rateTop-7-12*row, eventLabelFontSize, colorGuard, label)
+		xs, labels = append(xs, x(at)), append(labels, label)
 	}
+	marks := placeMarks(xs, labels)
+	for _, m := range marks {
+		top := float64(rateTop)
+		if m.row >= 0 {
+			top = m.baseline() + 3
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%d" stroke="%s" stroke-dasharray="2 3"/>`+"\n",
+			m.x, top, m.x, rateBot, colorGuard)
+	}
+	// Labels go over every line, with a white halo, so that a line from
+	// an upper row passing behind a lower label does not strike it out.
+	for _, m := range marks {
+		if m.row < 0 {
+			continue
+		}
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="%d" fill="%s" text-anchor="middle" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`+"\n",
+			m.x, m.baseline(), eventLabelFontSize, colorGuard, esc(m.label))
+	}
+}
+
+// Layout of the event labels above the calls panel.
+const (
+	labelRows    = 3   // rows of labels, the lowest just above the panel
+	labelRowH    = 12  // distance between rows
+	labelGap     = 6   // least room between two labels on a row
+	labelMerge   = 4.0 // events closer than this share one mark and label
+	labelCharW   = 6.4 // width of a character at eventLabelFontSize, a little over DejaVu Sans's
+	labelPadding = 7   // from the lowest row's baseline to the panel's top
+)
+
+// mark is one vertical: the events at x, and the row (0 the lowest) its
+// label is on, or -1 for none.
+type mark struct {
+	x     float64
+	label string
+	row   int
+}
+
+func (m mark) baseline() float64 { return float64(rateTop - labelPadding - labelRowH*m.row) }
+
+// width is the label's estimated width on the page.
+func (m mark) width() float64 { return labelCharW * float64(len([]rune(m.label))) }
+
+// placeMarks turns events at xs (in time order) into marks: events within
+// labelMerge of the mark before share it ("half-open, closed": a probe
+// answered and the first command after it usually come milliseconds
+// apart), and each label goes on the lowest row where it keeps labelGap
+// from the labels already there. When every row is taken there, the mark
+// has no label: a bare line says less, but a label printed over another
+// says nothing.
+func placeMarks(xs []float64, labels []string) []mark {
+	var marks []mark
+	for i, x := range xs {
+		if n := len(marks); n > 0 && x-marks[n-1].x < labelMerge {
+			if !strings.HasSuffix(marks[n-1].label, labels[i]) {
+				marks[n-1].label += ", " + labels[i]
+			}
+			continue
+		}
+		marks = append(marks, mark{x: x, label: labels[i]})
+	}
+	var rowEnd [labelRows]float64
+	for r := range rowEnd {
+		rowEnd[r] = math.Inf(-1)
+	}
+	for i := range marks {
+		m := &marks[i]
+		m.row = -1
+		for r := range rowEnd {
+			if rowEnd[r]+labelGap <= m.x-m.width()/2 {
+				m.row = r
+				rowEnd[r] = m.x + m.width()/2
+				break
+			}
+		}
+	}
+	return marks
 }
 
 func gridLine(b *bytes.Buffer, y float64, label string) {

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ func runDemoCmd(t *testing.T, args ...string) (code int, stdout, stderr string) 
 	return code, out.String(), errOut.String()
 }
 
-// stuckFor extracts "callers were stuck for Ns" for both clients from the
+// stuckFor extracts "callers were stuck for Ns" for both sides from the
 // verdict, go-redis first.
 func stuckFor(t *testing.T, verdict string) (stock, guard float64) {
 	t.Helper()
@@ -46,6 +47,34 @@ func stuckFor(t *testing.T, verdict string) (stock, guard float64) {
 	stock, _ = strconv.ParseFloat(m[0][1], 64)
 	guard, _ = strconv.ParseFloat(m[1][1], 64)
 	return stock, guard
+}
+
+// healthyServed extracts, for both sides, go-redis first, the share of the
+// healthy nodes' calls before the fault that were still served during it.
+func healthyServed(t *testing.T, verdict string) (stock, guard float64) {
+	t.Helper()
+	m := regexp.MustCompile(`those for the two healthy \w+ .*?\(([0-9]+)%\)`).FindAllStringSubmatch(verdict, -1)
+	require.Len(t, m, 2, "verdict: %s", verdict)
+	stock, _ = strconv.ParseFloat(m[0][1], 64)
+	guard, _ = strconv.ParseFloat(m[1][1], 64)
+	return stock, guard
+}
+
+// okDuring sums a side's ok/s over the table's rows from..to (inclusive).
+func okDuring(t *testing.T, rows map[string]row, from, to int, guard bool) (sum int) {
+	t.Helper()
+	for s := from; s <= to; s++ {
+		r := rows[strconv.Itoa(s)+"s"]
+		cols := r.stock
+		if guard {
+			cols = r.guard
+		}
+		require.Len(t, cols, 4, "row %ds", s)
+		n, err := strconv.Atoi(cols[0])
+		require.NoError(t, err)
+		sum += n
+	}
+	return sum
 }
 
 // row is one line of the table.
@@ -77,9 +106,10 @@ func tableRows(out string) map[string]row {
 // flat joins the words of text with single spaces, undoing the wrapping.
 func flat(text string) string { return strings.Join(strings.Fields(text), " ") }
 
-// The embedded demo end to end: a table row per second with both clients,
+// The embedded demo end to end: a table row per second with both sides,
 // the events in between, a verdict in which redisguard's callers were
-// stuck for less time, and a chart that parses as SVG.
+// stuck for less time and kept serving more of the healthy servers' keys,
+// and a chart that parses as SVG.
 func TestDemoEmbedded(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "chart.svg")
 	start := time.Now()
@@ -87,7 +117,7 @@ func TestDemoEmbedded(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Less(t, time.Since(start), 20*time.Second, "a 6s demo took too long")
 
-	assert.Contains(t, out, "embedded Redis (miniredis)")
+	assert.Contains(t, out, "3 embedded Redis servers (miniredis)")
 	assert.Contains(t, out, "go-redis alone")
 	rows := tableRows(out)
 	for s, phase := range map[string]string{"1s": "healthy", "2s": "server hung", "4s": "server hung", "5s": "recovered", "6s": "recovered"} {
@@ -99,7 +129,13 @@ func TestDemoEmbedded(t *testing.T) {
 	assert.NotContains(t, rows, "7s", "rows past the end")
 	assert.NotEqual(t, "0", rows["1s"].stock[0], "go-redis served nothing while healthy")
 	assert.NotEqual(t, "0", rows["1s"].guard[0], "redisguard served nothing while healthy")
-	assert.Equal(t, "0", rows["3s"].stock[0], "go-redis served while the server hung")
+	// In the last two seconds of the fault redisguard's breaker is open:
+	// it serves the healthy servers' keys and fails the hung one's fast,
+	// while go-redis's callers wait on the hung server.
+	stockOK, guardOK := okDuring(t, rows, 3, 4, false), okDuring(t, rows, 3, 4, true)
+	assert.Greater(t, guardOK, 0, "redisguard served nothing while one server of three hung")
+	assert.Greater(t, guardOK, stockOK, "go-redis alone served at least as much as redisguard while a server hung")
+	assert.NotEqual(t, "0", rows["4s"].guard[1], "redisguard failed nothing while a server hung")
 	assert.Contains(t, out, "redisguard event: breaker opened")
 	assert.Contains(t, out, "redisguard event: breaker closed")
 
@@ -108,6 +144,9 @@ func TestDemoEmbedded(t *testing.T) {
 	verdict := flat(out[i:])
 	stock, guard := stuckFor(t, verdict)
 	assert.Greater(t, stock, guard, "redisguard's callers were stuck at least as long as go-redis's")
+	stockShare, guardShare := healthyServed(t, verdict)
+	assert.Greater(t, guardShare, stockShare, "go-redis alone kept serving as much of the healthy servers' keys")
+	assert.Contains(t, verdict, "lasted from 1.")
 	assert.Contains(t, verdict, "with ErrNodeUnavailable")
 	assert.Contains(t, verdict, "Errors callers saw")
 	assert.Contains(t, out, "Chart written to "+svg)
@@ -149,15 +188,15 @@ func checkSVG(t *testing.T, data []byte, fault string) {
 	assert.Contains(t, doc.Title, "go-redis alone vs redisguard")
 	assert.NotContains(t, string(data), "NaN")
 	assert.NotContains(t, string(data), "Inf")
-	// Four lines of calls per second (answered and failed for each
-	// client), two of stuck callers.
+	// Four lines of calls per second (ok and failed for each side), two
+	// of stuck callers.
 	require.Len(t, doc.Polylines, 6)
 	for _, p := range doc.Polylines {
 		assert.GreaterOrEqual(t, len(strings.Fields(p.Points)), 5, "a line with almost no points")
 	}
 	texts := strings.Join(doc.Texts, "|")
 	for _, want := range []string{"go-redis alone", "redisguard", fault, "Calls per second", "calls / s",
-		"seconds since start", "calls answered / s", "calls failed / s", "opened", "0", "1", "2"} {
+		"seconds since start", "calls ok / s", "calls failed / s", "before the fault", "opened", "0", "1", "2"} {
 		assert.Contains(t, texts, want)
 	}
 	// The background and the two shaded fault windows at least.
@@ -202,11 +241,12 @@ func TestDemoCluster(t *testing.T) {
 	code, out, _ := runDemoCmd(t, append(shortDemo, "--cluster", "--redis-server", bin, "--svg", svg)...)
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "master paused")
-	assert.Contains(t, flat(out), "Calls for the two healthy masters")
 	i := strings.Index(out, "Verdict:")
 	require.GreaterOrEqual(t, i, 0)
 	stock, guard := stuckFor(t, flat(out[i:]))
 	assert.Greater(t, stock, guard)
+	stockShare, guardShare := healthyServed(t, flat(out[i:]))
+	assert.Greater(t, guardShare, stockShare)
 	data, err := os.ReadFile(svg)
 	require.NoError(t, err)
 	checkSVG(t, data, "master paused")
@@ -289,9 +329,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// The numbers behind the verdict, on a made-up run: go-redis's callers each
-// wait 1s per call for the whole fault; redisguard's wait 1s once and then
-// fail fast.
+// The numbers behind the verdict, on a made-up run in which a third of the
+// calls are for the sick node: go-redis's callers each wait 1s per call for
+// the whole fault and serve nothing; redisguard's wait 1s once, then fail
+// the sick node's calls fast and serve the others'.
 func TestSummarize(t *testing.T) {
 	tl := timeline{faultAt: 2 * time.Second, healAt: 5 * time.Second, end: 7 * time.Second}
 	const workers = 2
@@ -308,16 +349,20 @@ func TestSummarize(t *testing.T) {
 	}
 	var stock, guard []call
 	for range workers {
-		for at := 0.5; at < 2; at += 0.5 { // healthy
-			stock = append(stock, call{start: sec(at), end: sec(at + 0.001)})
-			guard = append(guard, call{start: sec(at), end: sec(at + 0.001)})
+		for i, at := range []float64{0.5, 1.0, 1.5} { // healthy: the sick node's keys, then the others'
+			group := []int{groupHealthy, groupSick, groupHealthy}[i]
+			stock = append(stock, call{start: sec(at), end: sec(at + 0.001), group: group})
+			guard = append(guard, call{start: sec(at), end: sec(at + 0.001), group: group})
 		}
 		for at := 2.0; at < 5; at++ { // hung: three 1s timeouts each
 			stock = append(stock, call{start: sec(at), end: sec(at + 1), err: timeout})
 		}
 		guard = append(guard, call{start: sec(2), end: sec(3), err: timeout})
-		for at := 3.0; at < 5; at += 0.25 {
+		for at := 3.25; at < 5; at += 0.5 {
 			guard = append(guard, call{start: sec(at), end: sec(at + 0.00002), err: unavailable})
+		}
+		for at := 3.5; at < 5; at += 0.5 {
+			guard = append(guard, call{start: sec(at), end: sec(at + 0.001), group: groupHealthy})
 		}
 		stock = append(stock, call{start: sec(5.1), end: sec(5.101)})
 		guard = append(guard, call{start: sec(5.6), end: sec(5.601)})
@@ -326,30 +371,95 @@ func TestSummarize(t *testing.T) {
 	st, sc := build(stock)
 	s := summarize(workers, tl, st, sc)
 	assert.InDelta(t, 3*0.9, s.stuckFor.Seconds(), 0.25, "stuck for the whole fault, less the first 100ms of each call")
-	assert.InDelta(t, 2*3*0.9, s.callerSeconds, 0.6)
 	assert.False(t, s.failsFast)
 	assert.Equal(t, sec(1), s.longest)
 	assert.True(t, s.recovered)
 	assert.InDelta(t, 0.101, s.recoveredAfter.Seconds(), 0.001)
-	assert.InDelta(t, 4/3.0, s.hangAnswered, 0.01, "two callers, one answer a second each; the third ends as the fault does")
-	assert.Zero(t, s.hangOK)
+	assert.InDelta(t, 4.0, s.baseOK, 0.01, "two callers, two calls each in the second before the fault")
+	assert.InDelta(t, 2.0, s.baseHealthyOK, 0.01)
+	assert.Zero(t, s.hangOK, "failed calls are not served")
+	assert.Zero(t, s.hangHealthyOK)
 
 	gt, gc := build(guard)
 	g := summarize(workers, tl, gt, gc)
 	assert.InDelta(t, 0.9, g.stuckFor.Seconds(), 0.25)
 	assert.True(t, g.failsFast)
-	assert.InDelta(t, 1.0, g.failFastAfter.Seconds(), 0.01)
+	assert.InDelta(t, 1.25, g.failFastAfter.Seconds(), 0.01)
 	assert.Equal(t, sec(0.00002), g.failFastP99)
 	assert.ErrorIs(t, g.failFastErr, redisguard.ErrNodeUnavailable)
 	assert.InDelta(t, 0.601, g.recoveredAfter.Seconds(), 0.001)
+	assert.InDelta(t, 2.0, g.hangOK, 0.01, "the failed-fast calls are not counted")
+	assert.InDelta(t, 2.0, g.hangHealthyOK, 0.01)
 
-	v := verdict("server hung", 3*time.Second, workers, false, s, g)
-	for _, want := range []string{"lasted 3.0s", "go-redis alone, callers were stuck for 2.", "waited out the 1.0s read timeout",
-		"redisguard, callers were stuck for 0.", "failed in 20µs (p99) with ErrNodeUnavailable", "after 101.0ms", "after 601.0ms"} {
+	start := time.Unix(0, 0)
+	scn := scene{fault: "server hung", sick: "the hung server", healthy: "the two healthy servers", sickAddr: "a:1", tl: tl,
+		events: []redisguard.Event{
+			{Kind: redisguard.EventBreakerOpened, Time: start.Add(sec(2.4)), Addr: "a:1", Decision: redisguard.DecisionSilent, Duration: sec(0.4)},
+			{Kind: redisguard.EventBreakerOpened, Time: start.Add(sec(4)), Addr: "b:1"},
+		}}
+	v := verdict(scn, start, s, g)
+	for _, want := range []string{"lasted from 2.0s to 5.0s (3.0s)",
+		"go-redis alone, calls served fell from 4/s before it to 0/s during it, and those for the two healthy servers from 2/s to 0/s (0%)",
+		"callers were stuck for 2.", "waited out the 1.0s read timeout",
+		"redisguard, calls served fell from 4/s to 2/s, and those for the two healthy servers went from 2/s to 2/s (100%)",
+		"callers were stuck for 0.", "opened 0.4s into the fault, when the node had left its commands unanswered for 400.0ms",
+		"failed in 20µs (p99) with ErrNodeUnavailable", "Breakers of the two healthy servers opened once too",
+		"after 101.0ms", "after 601.0ms"} {
 		assert.Contains(t, v, want)
 	}
-	assert.NotContains(t, v, "healthy masters", "a standalone run has no healthy masters to speak of")
-	assert.Contains(t, verdict("master paused", 3*time.Second, workers, true, s, g), "healthy masters")
+
+	scn.events = []redisguard.Event{{Kind: redisguard.EventBreakerOpened, Time: start.Add(sec(3)), Addr: "a:1"}}
+	v = verdict(scn, start, s, g)
+	assert.Contains(t, v, "opened 1.0s into the fault, after its commands failed 5 times in a row")
+	assert.NotContains(t, v, "healthy servers opened")
+	scn.events = nil
+	assert.Contains(t, verdict(scn, start, s, g), "did not open during the fault")
+	assert.NotContains(t, v, "more than once", "no call outlasted one timeout")
+	s.longest = 2 * time.Second
+	assert.Contains(t, verdict(scn, start, s, g), "waited out the 1.0s read timeout, some more than once as go-redis retried")
+}
+
+// Breaker labels never print over each other: events a moment apart share
+// one label, labels close enough to touch go on different rows, and when
+// the rows are full a line goes without one.
+func TestPlaceMarks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		xs     []float64
+		labels []string
+		marks  int
+		bare   int // marks without a label
+	}{
+		{"one", []float64{300}, []string{"opened"}, 1, 0},
+		{"half-open and closed a millisecond apart", []float64{665, 665.6}, []string{"half-open", "closed"}, 1, 0},
+		{"half-open and closed 200ms apart", []float64{665, 678}, []string{"half-open", "closed"}, 2, 0},
+		{"far apart", []float64{300, 665, 665.5}, []string{"opened", "half-open", "closed"}, 2, 0},
+		{"a flap", []float64{300, 320, 340, 360}, []string{"opened", "half-open", "opened", "half-open"}, 4, 0},
+		{"a flap within a few pixels", []float64{300, 305, 310}, []string{"opened", "half-open", "closed"}, 3, 0},
+		{"more than the rows hold", []float64{665, 677, 693, 703, 712}, []string{"half-open", "opened", "half-open", "closed", "opened"}, 5, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marks := placeMarks(tc.xs, tc.labels)
+			require.Len(t, marks, tc.marks)
+			bare := 0
+			for i, a := range marks {
+				if a.row < 0 {
+					bare++
+					continue
+				}
+				assert.Less(t, a.row, labelRows)
+				for _, b := range marks[i+1:] {
+					if a.row != b.row {
+						continue
+					}
+					apart := math.Abs(a.x-b.x) - (a.width()+b.width())/2
+					assert.GreaterOrEqual(t, apart, float64(labelGap), "%q at %.0f and %q at %.0f overlap on row %d", a.label, a.x, b.label, b.x, a.row)
+				}
+			}
+			assert.Equal(t, tc.bare, bare, "marks without a label")
+		})
+	}
+	assert.Equal(t, "half-open, closed", placeMarks([]float64{665, 665.6}, []string{"half-open", "closed"})[0].label)
 }
 
 func TestWrap(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package redisproc starts and controls real, isolated redis-server
 // processes: standalone servers, replicas, a three-sentinel group and Redis
 // Cluster, with pause (SIGSTOP), resume, kill and restart for fault
-// injection.
+// injection, and slot migration for resharding.
 //
 // It is the core of internal/redistest, without the testing.TB: every call
 // returns an error instead of failing a test, so that programs (the demo)

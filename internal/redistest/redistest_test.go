@@ -333,6 +333,37 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("slot migration", func(t *testing.T) {
+		from, to := c.Masters[0], c.Masters[1]
+		key := c.KeyOn(t, from, "migrating:")
+		if err := from.Admin().Set(ctx(t), key, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		m := c.BeginSlotMigration(t, Slot(key), from, to)
+		if n := m.MoveKeys(t, 1); n != 1 {
+			t.Fatalf("MoveKeys moved %d keys, want 1", n)
+		}
+		if addr, ok := redis.IsAskError(from.Admin().Get(ctx(t), key).Err()); !ok || addr != to.Addr {
+			t.Fatalf("GET %s on the source after its key moved: want ASK to %v", key, to)
+		}
+		if n := m.MoveKeys(t, 1); n != 0 {
+			t.Fatalf("MoveKeys moved %d keys from an emptied slot", n)
+		}
+		m.Finish(t)
+		c.WaitHealthy(t) // the replicas agree too
+		if got := c.MasterForSlot(t, Slot(key)); got != to {
+			t.Fatalf("slot %d owned by %v after the migration, want %v", Slot(key), got, to)
+		}
+		if v, err := to.Admin().Get(ctx(t), key).Result(); err != nil || v != "v" {
+			t.Fatalf("GET %s on the new owner: %q, %v", key, v, err)
+		}
+		c.MigrateSlot(t, Slot(key), to, from, 10)
+		c.WaitHealthy(t)
+		if got := c.MasterForSlot(t, Slot(key)); got != from {
+			t.Fatalf("slot %d owned by %v after migrating it back, want %v", Slot(key), got, from)
+		}
+	})
+
 	t.Run("restart keeps node ID", func(t *testing.T) {
 		r := c.Replicas[1]
 		r.Kill(t)
