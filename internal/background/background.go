@@ -56,15 +56,24 @@ func (g *Group) contextLocked() context.Context {
 	return g.ctx
 }
 
-// Close refuses every later Go, cancels the group's context and waits for
-// the goroutines to return. It may be called more than once, from any
-// goroutine but the group's own (one would wait for itself).
-func (g *Group) Close() {
+// Cancel refuses every later Go and cancels the group's context, without
+// waiting: an owner whose goroutines block on something it closes (a
+// connection) cancels first, so that they take what follows for the end
+// and not a failure, closes it, and then calls Close. It may be called more
+// than once.
+func (g *Group) Cancel() {
 	g.mu.Lock()
 	g.closed = true
 	g.contextLocked()
 	cancel := g.cancel
 	g.mu.Unlock()
 	cancel()
+}
+
+// Close refuses every later Go, cancels the group's context and waits for
+// the goroutines to return. It may be called more than once, from any
+// goroutine but the group's own (one would wait for itself).
+func (g *Group) Close() {
+	g.Cancel()
 	g.wg.Wait()
 }

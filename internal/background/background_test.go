@@ -40,6 +40,31 @@ func TestGroup(t *testing.T) {
 		g.Close()
 		assert.Equal(t, int32(8), returned.Load())
 	})
+	t.Run("Cancel refuses and cancels without waiting; Close then waits", func(t *testing.T) {
+		var g Group
+		release := make(chan struct{})
+		returned := make(chan struct{})
+		require.True(t, g.Go(func(ctx context.Context) {
+			<-ctx.Done()
+			<-release // what the owner closes after Cancel
+			close(returned)
+		}))
+		g.Cancel()
+		assert.ErrorIs(t, g.Context().Err(), context.Canceled)
+		assert.False(t, g.Go(func(context.Context) {}))
+		select {
+		case <-returned:
+			t.Fatal("returned before release")
+		default:
+		}
+		close(release)
+		g.Close()
+		select {
+		case <-returned:
+		default:
+			t.Fatal("Close returned before the goroutine")
+		}
+	})
 	t.Run("Go after Close is refused, and its function never runs", func(t *testing.T) {
 		var g Group
 		g.Close()
