@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/flight"
 )
 
 // This file is the mechanism behind divergence.go's policy: a hook that
@@ -180,8 +182,9 @@ type divergence struct {
 	probe   *redis.Options // handshake for a one-off PING to a node the client has no client for
 
 	mu       sync.Mutex
-	episodes map[int]*episode    // guarded by mu; by slot
-	flights  map[int]*viewFlight // guarded by mu; the view gather in flight, by slot
+	episodes map[int]*episode // guarded by mu; by slot
+
+	gathers flight.Group[int, gathered] // the view gather in flight, by slot
 
 	lastForce atomic.Int64 // unix ns of the last forced refresh
 	nodesAsk  denial       // CLUSTER NODES, which the views are asked with (permission.go)
@@ -196,10 +199,10 @@ type episode struct {
 	first, last time.Time
 }
 
-// viewFlight is a gather that concurrent commands on the same slot share.
-type viewFlight struct {
-	done  chan struct{}
-	views []slotView // read-only once done is closed
+// gathered is what a gather that concurrent commands on the same slot
+// share found.
+type gathered struct {
+	views []slotView // read-only
 	cut   bool       // the leader's context ended mid-gather: views are partial
 }
 
@@ -238,31 +241,20 @@ func (d *divergence) end(slot int) {
 // first; a follower whose leader gave up gathers again itself.
 func (d *divergence) views(ctx context.Context, slot int, gather func(context.Context) []slotView) ([]slotView, error) {
 	for {
-		d.mu.Lock()
-		f := d.flights[slot]
-		if f == nil {
-			f = &viewFlight{done: make(chan struct{})}
-			if d.flights == nil {
-				d.flights = make(map[int]*viewFlight)
-			}
-			d.flights[slot] = f
-			d.mu.Unlock()
-			f.views = gather(ctx)
-			f.cut = ctx.Err() != nil
-			d.mu.Lock()
-			delete(d.flights, slot)
-			d.mu.Unlock()
-			close(f.done)
-			if err := ctx.Err(); err != nil {
+		f, leader := d.gathers.Join(slot)
+		if leader {
+			views := gather(ctx)
+			err := ctx.Err()
+			d.gathers.End(slot, f, gathered{views: views, cut: err != nil})
+			if err != nil {
 				return nil, err
 			}
-			return f.views, nil
+			return views, nil
 		}
-		d.mu.Unlock()
 		select {
-		case <-f.done:
-			if !f.cut {
-				return f.views, nil
+		case <-f.Done():
+			if g := f.Val(); !g.cut {
+				return g.views, nil
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()

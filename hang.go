@@ -1,11 +1,12 @@
 package redisguard
 
 import (
+	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/clock"
 )
 
@@ -41,12 +42,8 @@ type hangWatch struct {
 	// trip opens n's breaker, which has heard nothing from it for silent.
 	trip func(n *node, silent time.Duration)
 
-	running atomic.Bool // a watch goroutine runs, or is about to
-
-	mu     sync.Mutex
-	closed bool          // guarded by mu; no goroutine starts once set
-	stop   chan struct{} // closed by close
-	wg     sync.WaitGroup
+	running atomic.Bool      // a watch goroutine runs, or is about to
+	bg      background.Group // the watch goroutine; closed by close
 
 	// Touched only by the goroutine that judges.
 	last  time.Time              // the previous judgement; zero before the first of a run
@@ -77,8 +74,7 @@ const (
 )
 
 func newHangWatch(clk clock.Clock, floor time.Duration, nodes func() []*node, trip func(*node, time.Duration)) *hangWatch {
-	return &hangWatch{clock: clk, floor: floor, nodes: nodes, trip: trip, stop: make(chan struct{}),
-		quiet: make(map[*node]*nodeSilence)}
+	return &hangWatch{clock: clk, floor: floor, nodes: nodes, trip: trip, quiet: make(map[*node]*nodeSilence)}
 }
 
 // wake makes sure the watch runs: a connection has just been asked
@@ -87,36 +83,22 @@ func (w *hangWatch) wake() {
 	if w.running.Load() || !w.running.CompareAndSwap(false, true) {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
+	if !w.bg.Go(w.run) {
 		w.running.Store(false)
-		return
 	}
-	w.wg.Add(1)
-	go w.run()
 }
 
 // close stops the watch and waits for it.
-func (w *hangWatch) close() {
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.stop)
-	}
-	w.mu.Unlock()
-	w.wg.Wait()
-}
+func (w *hangWatch) close() { w.bg.Close() }
 
-func (w *hangWatch) run() {
-	defer w.wg.Done()
+func (w *hangWatch) run(ctx context.Context) {
 	t := time.NewTicker(hangTick)
 	defer t.Stop()
 	w.last = time.Time{}
 	var idleSince time.Time
 	for {
 		select {
-		case <-w.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}

@@ -3,12 +3,12 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
 )
@@ -35,17 +35,11 @@ type prober struct {
 	// failed reports a probe that failed; it runs on the prober's goroutine.
 	failed func(n *node, err error)
 
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool // guarded by mu; no goroutine starts once set
+	bg background.Group // the probing goroutines; closed by close
 }
 
 func newProber(probe func(context.Context, string, time.Duration) error, clk clock.Clock, readTimeout time.Duration, failed func(*node, error)) *prober {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &prober{probe: probe, clock: clk, readTimeout: readTimeout, failed: failed, ctx: ctx, cancel: cancel}
+	return &prober{probe: probe, clock: clk, readTimeout: readTimeout, failed: failed}
 }
 
 // start probes n, first after delay, unless n is probed already.
@@ -53,34 +47,21 @@ func (p *prober) start(n *node, delay time.Duration) {
 	if !n.probing.CompareAndSwap(false, true) {
 		return
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.bg.Go(func(ctx context.Context) { p.run(ctx, n, delay) }) {
 		n.probing.Store(false)
-		return
 	}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go p.run(n, delay)
 }
 
 // close stops every prober and waits for them.
-func (p *prober) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
-}
+func (p *prober) close() { p.bg.Close() }
 
-func (p *prober) run(n *node, delay time.Duration) {
-	defer p.wg.Done()
+func (p *prober) run(ctx context.Context, n *node, delay time.Duration) {
 	for {
-		p.probeUntilRecovered(n, delay)
+		p.probeUntilRecovered(ctx, n, delay)
 		n.probing.Store(false)
 		// A reopening that happened while this goroutine was on its way out
 		// found probing set and left the node to it: take it back.
-		if n.br.State() != breaker.Open || p.ctx.Err() != nil || n.idle(p.clock.Now()) ||
+		if n.br.State() != breaker.Open || ctx.Err() != nil || n.idle(p.clock.Now()) ||
 			!n.probing.CompareAndSwap(false, true) {
 			return
 		}
@@ -97,7 +78,7 @@ const maxProbesInFlight = 2
 // always waiting on a server that accepts connections but does not answer:
 // a paused server answers it the moment it resumes. A fresh one every delay
 // finds a server behind a network that lost the earlier probes' packets.
-func (p *prober) probeUntilRecovered(n *node, delay time.Duration) {
+func (p *prober) probeUntilRecovered(ctx context.Context, n *node, delay time.Duration) {
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	results := make(chan error, maxProbesInFlight)
@@ -108,26 +89,24 @@ func (p *prober) probeUntilRecovered(n *node, delay time.Duration) {
 		if inFlight == maxProbesInFlight {
 			return
 		}
-		inFlight++
-		p.wg.Add(1)
-		go func(wait time.Duration) {
-			defer p.wg.Done()
-			results <- p.probe(p.ctx, n.addr, wait)
-		}(max(p.readTimeout, 2*delay))
+		wait := max(p.readTimeout, 2*delay)
+		if p.bg.Go(func(ctx context.Context) { results <- p.probe(ctx, n.addr, wait) }) {
+			inFlight++
+		}
 	}
 	for {
 		select {
-		case <-p.ctx.Done():
+		case <-ctx.Done():
 			return
 		case err := <-results:
 			inFlight--
-			if p.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			n.probes.Add(1)
 			if answered(err) {
 				if n.br.Recover() {
-					p.confirm(n)
+					p.confirm(ctx, n)
 				}
 				return
 			}
@@ -164,19 +143,19 @@ const confirmAfter = 200 * time.Millisecond
 // half-open for ever, and its outage, told when the breaker closes, would
 // last until the next command. A second answered probe closes it; a failed
 // one opens it again, as a failed command would.
-func (p *prober) confirm(n *node) {
+func (p *prober) confirm(ctx context.Context, n *node) {
 	t := time.NewTimer(confirmAfter)
 	defer t.Stop()
 	select {
-	case <-p.ctx.Done():
+	case <-ctx.Done():
 		return
 	case <-t.C:
 	}
 	if n.br.State() != breaker.HalfOpen {
 		return // a command closed it, or failed and opened it again
 	}
-	err := p.probe(p.ctx, n.addr, p.readTimeout)
-	if p.ctx.Err() != nil {
+	err := p.probe(ctx, n.addr, p.readTimeout)
+	if ctx.Err() != nil {
 		return
 	}
 	n.probes.Add(1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/redisguard/redisguard/internal/breaker"
 )
@@ -125,9 +126,9 @@ type replicas struct {
 	shardState map[string]*fallback
 	falling    atomic.Int64 // fallbacks with since set: the healthy path skips them while 0
 
-	reads     atomic.Pointer[map[string]bool] // COMMAND's readonly names, or knownReads; nil until fetched
-	readsMu   sync.Mutex                      // held while COMMAND is asked, so that reads wait for it
-	nextFetch time.Time                       // guarded by readsMu; before it COMMAND is not asked again
+	reads      atomic.Pointer[map[string]bool] // COMMAND's readonly names, or knownReads; nil until fetched
+	readsAsked singleflight.Group              // the COMMAND in flight, whose answer the reads that need it share
+	nextFetch  time.Time                       // read and written only in readsAsked's calls, which do not overlap; before it COMMAND is not asked again
 
 	// The questions replica routing asks the servers for itself, and what a
 	// refusal costs (permission.go).
@@ -309,7 +310,8 @@ func (r *replicas) standIn(ctx context.Context, master *node) (*node, *redis.Cli
 
 // isRead reports whether cmd is a read, by COMMAND's readonly flag, asked
 // once (and again at most once a second while it fails) of cl. The reads
-// that need it meanwhile wait for the answer. Until COMMAND has answered,
+// that need it meanwhile wait for that COMMAND, asked with the first one's
+// ctx, and share its answer, a failure included. Until COMMAND has answered,
 // and for good once a server has refused it, knownReads decides.
 func (r *replicas) isRead(ctx context.Context, cmd redis.Cmder, cl *redis.Client) bool {
 	reads := r.reads.Load()
@@ -320,31 +322,32 @@ func (r *replicas) isRead(ctx context.Context, cmd redis.Cmder, cl *redis.Client
 }
 
 func (r *replicas) fetchReads(ctx context.Context, cl *redis.Client) *map[string]bool {
-	r.readsMu.Lock()
-	defer r.readsMu.Unlock()
-	if reads := r.reads.Load(); reads != nil {
-		return reads
-	}
-	now := r.k.clock.Now()
-	if now.Before(r.nextFetch) {
-		return &knownReads
-	}
-	r.nextFetch = now.Add(time.Second)
-	info, err := cl.Command(ctx).Result()
-	if err != nil {
-		if r.command.refusedBy(r.k, r.commandQ, cl.Options().Addr, err) {
-			r.reads.Store(&knownReads)
+	v, _, _ := r.readsAsked.Do("", func() (any, error) {
+		if reads := r.reads.Load(); reads != nil {
+			return reads, nil
 		}
-		return &knownReads
-	}
-	m := make(map[string]bool)
-	for name, ci := range info {
-		if ci != nil && ci.ReadOnly {
-			m[name] = true
+		now := r.k.clock.Now()
+		if now.Before(r.nextFetch) {
+			return &knownReads, nil
 		}
-	}
-	r.reads.Store(&m)
-	return &m
+		r.nextFetch = now.Add(time.Second)
+		info, err := cl.Command(ctx).Result()
+		if err != nil {
+			if r.command.refusedBy(r.k, r.commandQ, cl.Options().Addr, err) {
+				r.reads.Store(&knownReads)
+			}
+			return &knownReads, nil
+		}
+		m := make(map[string]bool)
+		for name, ci := range info {
+			if ci != nil && ci.ReadOnly {
+				m[name] = true
+			}
+		}
+		r.reads.Store(&m)
+		return &m, nil
+	})
+	return v.(*map[string]bool)
 }
 
 // knownReads is what replica routing takes for reads when the servers do

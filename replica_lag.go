@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/clock"
 )
 
@@ -31,13 +32,10 @@ type lagTracker struct {
 	// means the replica must not serve reads (see parseReplicationLag).
 	poll func(ctx context.Context, addr string) (time.Duration, error)
 
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg background.Group // the polls in flight; closed by close
 
-	mu     sync.Mutex
-	closed bool                 // guarded by mu; no poll starts once set
-	lags   map[string]*lagState // guarded by mu; entries are never removed
+	mu   sync.Mutex
+	lags map[string]*lagState // guarded by mu; entries are never removed
 }
 
 // lagState is one replica's last answer.
@@ -50,8 +48,7 @@ type lagState struct {
 }
 
 func newLagTracker(clk clock.Clock, maxLag, timeout time.Duration, poll func(context.Context, string) (time.Duration, error)) *lagTracker {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &lagTracker{clock: clk, maxLag: maxLag, timeout: timeout, poll: poll, ctx: ctx, cancel: cancel, lags: make(map[string]*lagState)}
+	return &lagTracker{clock: clk, maxLag: maxLag, timeout: timeout, poll: poll, lags: make(map[string]*lagState)}
 }
 
 // fresh reports whether addr's last contact with its master is recent
@@ -109,39 +106,28 @@ func (t *lagTracker) startLocked(s *lagState, addr string, now time.Time) chan s
 	if !s.started.IsZero() && now.Sub(s.started) < lagPollInterval {
 		return nil
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil
-	}
-	t.wg.Add(1)
-	t.mu.Unlock()
 	done := make(chan struct{})
-	s.started, s.inFlight = now, done
-	go func() {
-		defer t.wg.Done()
-		ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
+	started := t.bg.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, t.timeout)
 		lag, err := t.poll(ctx, addr)
 		cancel()
 		if err != nil {
 			lag = -1
 		}
-		s.mu.Lock()
+		s.mu.Lock() // after the caller's startLocked has recorded the poll
 		s.at, s.lag, s.inFlight = t.clock.Now(), lag, nil
 		s.mu.Unlock()
 		close(done)
-	}()
+	})
+	if !started {
+		return nil
+	}
+	s.started, s.inFlight = now, done
 	return done
 }
 
 // close stops the polls in flight and waits for them.
-func (t *lagTracker) close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	t.cancel()
-	t.wg.Wait()
-}
+func (t *lagTracker) close() { t.bg.Close() }
 
 // errNotServing is why a replica's INFO replication rules it out.
 var errNotServing = errors.New("replica is not serving its master's data")

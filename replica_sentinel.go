@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
@@ -31,25 +34,22 @@ type sentinelReplicas struct {
 	newClient func(addr string) *redis.Client
 	register  func(addr string, cl *redis.Client)
 
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg background.Group // the background look-ups; closed by close
 
-	first sync.Mutex // held by the first look-up, so its waiters queue once
+	first singleflight.Group // the look-up the reads wait for, until the sentinels have answered once
 
 	list  atomic.Pointer[[]*node] // the last answer's usable replicas; nil before one
 	asked atomic.Int64            // unix ns (client clock) when the last look-up started
 
 	mu      sync.Mutex
 	clients map[string]*redis.Client // guarded by mu; one per replica seen
-	closed  bool                     // guarded by mu; no look-up starts once set
+	closed  bool                     // guarded by mu; no client is built once set
 }
 
 func newSentinelReplicas(k *core, nodes *nodeSet, sm *sentinelMaster, newClient func(string) *redis.Client,
 	register func(string, *redis.Client)) *sentinelReplicas {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &sentinelReplicas{k: k, nodes: nodes, sm: sm, newClient: newClient, register: register,
-		ctx: ctx, cancel: cancel, clients: make(map[string]*redis.Client)}
+		clients: make(map[string]*redis.Client)}
 }
 
 // of returns the replicas of the master (which master does not matter: the
@@ -62,43 +62,35 @@ func (s *sentinelReplicas) of(ctx context.Context, _ *node) []*node {
 		}
 		return *l
 	}
-	// Until the sentinels have answered once, reads wait for the look-up.
-	s.first.Lock()
-	defer s.first.Unlock()
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	now := s.k.clock.Now().UnixNano()
-	if asked := s.asked.Load(); asked != 0 && now-asked < int64(sentinelReplicasEvery) {
-		return nil // asked less than a second ago, and no sentinel answered
-	}
-	s.asked.Store(now)
-	s.lookup(ctx)
-	if l := s.list.Load(); l != nil {
-		return *l
-	}
-	return nil
+	// Until the sentinels have answered once, reads wait for the look-up,
+	// and those that come while it runs share its answer.
+	v, _, _ := s.first.Do("", func() (any, error) {
+		if l := s.list.Load(); l != nil {
+			return *l, nil
+		}
+		now := s.k.clock.Now().UnixNano()
+		if asked := s.asked.Load(); asked != 0 && now-asked < int64(sentinelReplicasEvery) {
+			return nil, nil // asked less than a second ago, and no sentinel answered
+		}
+		s.asked.Store(now)
+		s.lookup(ctx)
+		if l := s.list.Load(); l != nil {
+			return *l, nil
+		}
+		return nil, nil
+	})
+	l, _ := v.([]*node)
+	return l
 }
 
 // refresh runs a look-up in the background.
-func (s *sentinelReplicas) refresh() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.lookup(s.ctx)
-	}()
-}
+func (s *sentinelReplicas) refresh() { s.bg.Go(s.lookup) }
 
 // lookup asks the sentinels, one after the other until one answers, for the
 // replicas, and keeps those they do not consider down.
 func (s *sentinelReplicas) lookup(ctx context.Context) {
 	for _, addr := range s.sm.sentinelAddrs() {
-		qctx, cancel := mergeCancel(ctx, s.ctx)
+		qctx, cancel := mergeCancel(ctx, s.bg.Context())
 		qctx, cancelQ := context.WithTimeout(qctx, sentinelQueryTimeout)
 		sc := newGoRedis(clientSpec{kind: clientSentinelQuestion, base: s.sm.sentinel, addr: addr, wait: sentinelQueryTimeout}).(*redis.SentinelClient)
 		replicas, err := sc.Replicas(qctx, s.sm.name).Result()
@@ -141,13 +133,10 @@ func (s *sentinelReplicas) use(replicas []map[string]string) {
 
 // close stops the look-up in flight and closes the replicas' clients.
 func (s *sentinelReplicas) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
+	s.bg.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true // a look-up on a caller's goroutine may still answer
 	for _, cl := range s.clients {
 		_ = cl.Close()
 	}

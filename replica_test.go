@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"strconv"
@@ -411,5 +412,53 @@ func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The reads that come while COMMAND is asked wait for it and share its
+// answer, a failure included, however long it took: a herd of reads costs
+// the server one COMMAND.
+func TestReadsShareOneCommand(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: held answers COMMAND
+	t.Cleanup(func() { _ = cl.Close() })
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(time.Unix(1000, 0))
+		r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred}, clk), nil, nil)
+		held := &heldCommand{release: make(chan struct{})}
+		cl.AddHook(held)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { assert.True(t, r.isRead(ctx, redis.NewStringCmd(ctx, "get", "k"), cl)) })
+		}
+		synctest.Wait() // one read asks COMMAND, the others wait for it
+		clk.Advance(2 * time.Second)
+		close(held.release)
+		wg.Wait()
+		assert.Equal(t, int64(1), held.n.Load())
+	})
+}
+
+// heldCommand answers COMMAND with LOADING once release is closed, without
+// sending it, and counts the COMMANDs.
+type heldCommand struct {
+	release chan struct{}
+	n       atomic.Int64
+}
+
+func (h *heldCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *heldCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "command" {
+			return next(ctx, cmd)
+		}
+		h.n.Add(1)
+		<-h.release
+		err := redisErr("LOADING Redis is loading the dataset in memory")
+		cmd.SetErr(err)
+		return err
+	}
+}
+func (h *heldCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/flight"
 )
 
 // rideOut waits out the replies that say the server cannot serve a command
@@ -42,14 +43,10 @@ type rideOut struct {
 	// sentinels must be asked for the new one.
 	readOnly func()
 
-	mu     sync.Mutex
-	rounds map[string]*round // guarded by mu: the round in progress for each kind of reply
-}
-
-// round is one back-off and the leader's send after it.
-type round struct {
-	done   chan struct{} // closed when the leader's send has been answered
-	served bool          // it was served; set before done is closed
+	// rounds holds the round in progress for each kind of reply: one
+	// back-off and the leader's send after it, which ends the round with
+	// whether the server served.
+	rounds flight.Group[string, bool]
 }
 
 // Back-off of the rounds: the first lasts rideOutFirst, each of the next
@@ -61,8 +58,7 @@ const (
 )
 
 func newRideOut(max time.Duration, readOnly func()) *rideOut {
-	return &rideOut{max: max, first: rideOutFirst, readOnly: readOnly, rounds: make(map[string]*round),
-		now: time.Now, after: time.After}
+	return &rideOut{max: max, first: rideOutFirst, readOnly: readOnly, now: time.Now, after: time.After}
 }
 
 // notServing reports whether err is a reply that says the server cannot
@@ -103,16 +99,16 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 			return notServingError(err)
 		}
 		kind := refusalKind(err)
-		rd, leader := r.join(kind)
+		rd, leader := r.rounds.Join(kind)
 		if !leader {
 			select {
-			case <-rd.done:
+			case <-rd.Done():
 			case <-r.after(until.Sub(r.now())):
 				return notServingError(err)
 			case <-ctx.Done():
 				return waitEnded(ctx, err)
 			}
-			if rd.served {
+			if rd.Val() { // served
 				err = send(ctx)
 			}
 			continue
@@ -123,11 +119,11 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 		select {
 		case <-r.after(wait):
 		case <-ctx.Done():
-			r.end(kind, rd, false)
+			r.rounds.End(kind, rd, false)
 			return waitEnded(ctx, err)
 		}
 		err = send(ctx)
-		r.end(kind, rd, !notServing(err))
+		r.rounds.End(kind, rd, !notServing(err))
 	}
 	return err
 }
@@ -141,31 +137,6 @@ func waitEnded(ctx context.Context, refusal error) error {
 		return notServingError(refusal)
 	}
 	return ctx.Err()
-}
-
-// join returns the round in progress for kind, or starts one that the
-// caller leads.
-func (r *rideOut) join(kind string) (*round, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rd, ok := r.rounds[kind]; ok {
-		return rd, false
-	}
-	rd := &round{done: make(chan struct{})}
-	r.rounds[kind] = rd
-	return rd, true
-}
-
-// end ends rd, the round its leader ran for kind, telling its followers
-// whether the server served.
-func (r *rideOut) end(kind string, rd *round, served bool) {
-	r.mu.Lock()
-	if r.rounds[kind] == rd {
-		delete(r.rounds, kind)
-	}
-	r.mu.Unlock()
-	rd.served = served
-	close(rd.done)
 }
 
 // backoff is the wait before the round after attempt earlier ones.

@@ -204,11 +204,11 @@ func TestRideOutDeadlineDuringTheWaitIsTyped(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotServing, "leader")
 	assert.Contains(t, err.Error(), "CLUSTERDOWN")
 
-	rd, leader := r.join(refusalKind(clusterDown)) // another caller leads the round
+	rd, leader := r.rounds.Join(refusalKind(clusterDown)) // another caller leads the round
 	require.True(t, leader)
 	err = r.process(passed, clusterDown, send)
 	require.ErrorIs(t, err, ErrNotServing, "follower")
-	r.end(refusalKind(clusterDown), rd, false)
+	r.rounds.End(refusalKind(clusterDown), rd, false)
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
@@ -62,25 +63,20 @@ type sentinelMaster struct {
 	// closes the connections to it. Set before the first command.
 	leaving func(addr string)
 
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg background.Group // the look-up and its questions; closed by close
 
 	mu         sync.Mutex
 	discovered bool                                 // guarded by mu; the other sentinels were asked for
 	conns      map[string]map[*trackedConn]struct{} // guarded by mu; open connections by address
 	watching   bool                                 // guarded by mu; the look-up goroutine runs
 	again      bool                                 // guarded by mu; a READONLY came during a round
-	closed     bool                                 // guarded by mu
 }
 
 func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.Options,
 	nodes func(string) *node, k *core) *sentinelMaster {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &sentinelMaster{
 		name: name, sentinels: slices.Clone(sentinels), master: master, sentinel: sentinel,
 		nodes: nodes, role: nodes(sentinelNodeName(name)), k: k,
-		ctx: ctx, cancel: cancel,
 		conns: make(map[string]map[*trackedConn]struct{}),
 	}
 }
@@ -207,29 +203,23 @@ func (s *sentinelMaster) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 func (s *sentinelMaster) lookup(force bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
 	if s.watching {
 		s.again = s.again || force
 		return
 	}
-	s.watching = true
-	s.wg.Add(1)
-	go s.watch()
+	s.watching = s.bg.Go(s.watch) // watch waits for mu to end its round
 }
 
-func (s *sentinelMaster) watch() {
-	defer s.wg.Done()
+func (s *sentinelMaster) watch(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
-		s.resolve(s.ctx)
+		s.resolve(ctx)
 		s.mu.Lock()
 		again := s.again
 		s.again = false
@@ -249,24 +239,19 @@ func (s *sentinelMaster) watch() {
 // hangs costs the look-up nothing. It reports the address it ends with, or "" if no sentinel
 // answered. It returns early once ctx or the client is done.
 func (s *sentinelMaster) resolve(ctx context.Context) string {
-	ctx, stop := mergeCancel(ctx, s.ctx)
+	ctx, stop := mergeCancel(ctx, s.bg.Context())
 	defer stop()
 	old := s.cur.Load()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ""
-	}
-	sentinels := slices.Clone(s.sentinels)
-	s.wg.Add(len(sentinels)) // under mu: close waits only after closed is set
-	s.mu.Unlock()
-	answers := make(chan string, len(sentinels)) // "" for a sentinel that failed
+	sentinels := s.sentinelAddrs()
+	answers := make(chan string, len(sentinels)) // "" for a sentinel that failed or was not asked
 	for _, sa := range sentinels {
-		go func() {
-			defer s.wg.Done()
-			addr, _ := s.ask(ctx, sa)
+		asked := s.bg.Go(func(context.Context) {
+			addr, _ := s.ask(ctx, sa) // ctx ends with the group's
 			answers <- addr
-		}()
+		})
+		if !asked {
+			answers <- "" // closed
+		}
 	}
 	answered := ""
 	for range sentinels {
@@ -402,13 +387,7 @@ var roleQuestion = question{"role", "a master the sentinels name is taken as one
 
 // close stops the look-up and waits for its questions. The connections
 // it tracks belong to go-redis's pools, which close them.
-func (s *sentinelMaster) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *sentinelMaster) close() { s.bg.Close() }
 
 // track wraps conn so that drop can close it. The wrapper keeps the
 // connection's syscall.Conn, which go-redis's pool uses to check an idle

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redisguard/redisguard/internal/background"
 	"github.com/redisguard/redisguard/internal/resp"
 )
 
@@ -55,10 +56,10 @@ type splitConn struct {
 	s      *subscriptions
 	dial   func(ctx context.Context, addr string) (*subscriptionConn, error) // dials a leg without a permit
 	home   *leg
-	frames chan []byte   // whole replies, from the legs' readers; nil for a leg's failure
-	failed chan struct{} // closed at the first leg failure; err says what
-	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
+	frames chan []byte      // whole replies, from the legs' readers; nil for a leg's failure
+	failed chan struct{}    // closed at the first leg failure; err says what
+	bg     background.Group // the legs' readers and the retry and leg-watch loops; cancelled, then closed, by Close
+	done   <-chan struct{}  // bg's context's Done: closed by Close
 
 	err           error // set before failed is closed
 	failOnce      sync.Once
@@ -88,10 +89,10 @@ type leg struct {
 
 func newSplitConn(s *subscriptions, home *subscriptionConn, dial func(context.Context, string) (*subscriptionConn, error)) *splitConn {
 	c := &splitConn{s: s, dial: dial, home: &leg{subscriptionConn: home},
-		frames: make(chan []byte, 64), failed: make(chan struct{}), done: make(chan struct{})}
+		frames: make(chan []byte, 64), failed: make(chan struct{})}
+	c.done = c.bg.Context().Done()
 	c.legs = []*leg{c.home}
-	c.wg.Add(1)
-	go c.read(c.home)
+	c.bg.Go(func(context.Context) { c.read(c.home) })
 	return c
 }
 
@@ -160,7 +161,6 @@ func (c *splitConn) reply(f []byte) ([]byte, error) {
 // read runs for each leg until the leg fails or the splitConn is closed,
 // handing whole replies to Read.
 func (c *splitConn) read(l *leg) {
-	defer c.wg.Done()
 	r := resp.NewReader(l, 16<<10)
 	for {
 		f, err := r.Next()
@@ -632,9 +632,7 @@ func (c *splitConn) wait(ch string, err error) {
 	c.waiting[ch] = struct{}{}
 	c.s.k.log.Debug("redisguard: a shard channel waits for its slot's owner", "channel", ch, "error", err)
 	if !c.retrying {
-		c.retrying = true
-		c.wg.Add(1)
-		go c.every(retryEvery, c.retry)
+		c.retrying = c.bg.Go(func(context.Context) { c.every(retryEvery, c.retry) })
 	}
 }
 
@@ -662,9 +660,8 @@ func (c *splitConn) retry() bool {
 }
 
 // every runs step every d, on the wall clock as a socket's deadlines do,
-// until Close or until step returns false. The caller has added it to wg.
+// until Close or until step returns false. It runs in bg.
 func (c *splitConn) every(d time.Duration, step func() bool) {
-	defer c.wg.Done()
 	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
@@ -728,15 +725,8 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 		return nil, c.err
 	default:
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), c.ownDeadline(c.s.k.cfg.DialTimeout))
+	ctx, cancel := context.WithDeadline(c.bg.Context(), c.ownDeadline(c.s.k.cfg.DialTimeout)) // Close cuts a dial short
 	defer cancel()
-	go func() { // Close does not wait for a dial
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	conn, err := c.dial(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -751,12 +741,9 @@ func (c *splitConn) legFor(addr string) (*leg, error) {
 		}
 	}
 	c.legs = append(c.legs, l)
-	c.wg.Add(1)
-	go c.read(l)
+	c.bg.Go(func(context.Context) { c.read(l) }) // refused only once Close has begun, which closes l
 	if !c.watching {
-		c.watching = true
-		c.wg.Add(1)
-		go c.every(legCheckEvery, c.watchLegs)
+		c.watching = c.bg.Go(func(context.Context) { c.every(legCheckEvery, c.watchLegs) })
 	}
 	return l, nil
 }
@@ -843,7 +830,7 @@ func (s *subscriptions) ownerOf(slot int) string {
 func (c *splitConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
-		close(c.done)
+		c.bg.Cancel() // before the legs close, so that their readers take it for the end, not a failure
 		c.mu.Lock()
 		legs := slices.Clone(c.legs)
 		c.mu.Unlock()
@@ -861,7 +848,7 @@ func (c *splitConn) Close() error {
 				err = cerr
 			}
 		}
-		c.wg.Wait()
+		c.bg.Close()
 	})
 	return err
 }
