@@ -179,6 +179,10 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		fastNow bool
 		peers   time.Duration
 		samples uint64
+		// judged: it was fresh and had enough peers this time. Only a
+		// judged node can be found to have recovered; one whose peers went
+		// quiet keeps its mark until it expires.
+		judged bool
 	}
 	all := make([]judged, 0, len(nodes))
 	seen := make(map[string]bool, len(nodes))
@@ -224,6 +228,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		if !j.fresh || others < MinPeers {
 			continue
 		}
+		j.judged = true
 		if j.peer {
 			j.peers = medianWithout(peers, j.est)
 		} else {
@@ -263,7 +268,7 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		switch {
 		case !now.Before(st.until):
 			reason = "expired"
-		case j.fresh && !j.slow && now.Sub(st.fastSince) >= d.s.UnmarkAfter:
+		case j.judged && !j.slow && now.Sub(st.fastSince) >= d.s.UnmarkAfter:
 			reason = "recovered"
 		}
 		if reason != "" {

@@ -357,3 +357,31 @@ func TestDetectorIgnoresStalePeers(t *testing.T) {
 	}
 	assert.Empty(t, ch, "b and c were measured before the slowdown: no peers to judge a by")
 }
+
+// A marked node whose peers go unmeasured (every caller shed from it, or
+// the traffic of the others gone quiet) cannot be judged: it keeps its mark
+// until the mark expires, and is not taken to have recovered.
+func TestDetectorKeepsAMarkWhileThePeersAreQuiet(t *testing.T) {
+	c := newCluster(t, Settings{Ejection: time.Minute}, "a", "a", "b", "b", "c", "c")
+	c.lat["n2"] = 50 * time.Millisecond
+	require.NotEmpty(t, c.run(3*time.Second))
+	require.Equal(t, []string{"n2"}, marked(c))
+
+	for id := range c.lat {
+		if id != "n2" {
+			c.lat[id] = 0 // no traffic
+		}
+	}
+	assert.Empty(t, c.run(5*time.Second), "a mark ended with no peers to judge by")
+	assert.Equal(t, []string{"n2"}, marked(c))
+
+	for id := range c.lat {
+		if id != "n2" {
+			c.lat[id] = time.Millisecond
+		}
+	}
+	c.lat["n2"] = time.Millisecond
+	ch := c.run(DefaultUnmarkAfter + 3*time.Second)
+	require.Len(t, ch, 1, "recovered once its peers are measured again")
+	assert.Equal(t, "recovered", ch[0].Reason)
+}
