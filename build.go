@@ -185,6 +185,9 @@ func newGoRedis(s clientSpec) hookable {
 	case clientReplica:
 		opt := *s.base
 		opt.Addr, opt.PoolSize = s.addr, s.poolSize
+		// go-redis's failover client, whose replica reads this one
+		// takes over, runs without maintenance notifications.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
 		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)
@@ -392,6 +395,7 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		MaxRedirects:     cfg.MaxRedirects,
 
 		Protocol:                     cfg.Protocol,
+		MaintNotificationsConfig:     cfg.MaintNotificationsConfig,
 		Dialer:                       cfg.Dialer,
 		OnConnect:                    duringSetUp(cfg.OnConnect),
 		CredentialsProvider:          cfg.CredentialsProvider,
@@ -426,10 +430,9 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		// No go-redis retries: it would retry read and pool timeouts too.
 		// nodeGuard retries a reset connection once instead (Standalone and
 		// Sentinel); the cluster client's loop retries a node once by itself.
-		MaxRetries:               -1,
-		ContextTimeoutEnabled:    true,
-		PipelinePoolSize:         noPipelinePool,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		PipelinePoolSize:      noPipelinePool,
 	}
 }
 
