@@ -43,6 +43,10 @@ type clientSpec struct {
 	nodes    *nodeSet     // whose guards the client, or each node client, carries
 	poolSize int          // connections per node
 	hooks    *clientHooks // the Client's own hooks; dedicated clients too
+	// scoring, set on the long client in Standalone and Sentinel mode, is
+	// the ordinary client's node set, whose guards score the long calls:
+	// its nodes hear the long connections' maintenance notifications.
+	scoring *nodeSet
 
 	// Dedicated, probe, sentinel-question and replica clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
@@ -290,6 +294,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
 			cl.AddHook(g)
+			watchMaintenance(cl, g.n, s.k.clock)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
 			case clientOrdinary:
@@ -334,6 +339,11 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		if ordinary {
 			cl.AddHook(h.budget)
 		}
+		mn := g.n
+		if s.scoring != nil {
+			mn = s.scoring.get(mn.addr)
+		}
+		watchMaintenance(cl, mn, s.k.clock)
 		return cl
 	}
 }
@@ -359,6 +369,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 		spec.k.log = c.log
 		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
 		spec.nodes.nested = true
+		spec.scoring = c.nodes
 	}
 	guard := func(addr string) nodeGuard {
 		g := spec.nodes.guard(addr)
