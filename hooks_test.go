@@ -176,6 +176,7 @@ func TestHookChainsBuildInTwoAllocations(t *testing.T) {
 // long client and its connection, sees every kind of command once, with the
 // error the caller gets, and the dials of subscriptions.
 func TestAddHookSeesEveryCommand(t *testing.T) {
+	sideBySide(t)
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		checkAddHook(t, newTestClient(t, Config{Addrs: []string{srv.Addr}}))
@@ -292,6 +293,7 @@ func instrumentAll(h redis.Hook) func(redis.UniversalClient) error {
 // clients that exist and on those built later: a dedicated connection
 // opened before the call is replaced by one the extension reaches.
 func TestInstrumentReachesEveryClient(t *testing.T) {
+	sideBySide(t)
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
