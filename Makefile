@@ -6,8 +6,10 @@ PKGS    ?= ./...
 
 .PHONY: test bench bench-scale scenarios chaos goredis-suite lint demo
 
+# The long real-server tests that mostly wait (sideBySide in scenario_test.go)
+# run three at a time, which keeps CI within 15 minutes on two cores.
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -parallel 3 -timeout 20m $(PKGS)
 
 # Benchmarks of both clients side by side (they skip without redis-server),
 # then the interleaved healthy-path ratio check against go-redis alone.

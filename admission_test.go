@@ -360,6 +360,7 @@ func TestBlockingWaitIsNotScoredAsFailure(t *testing.T) {
 // timeout plus ReadTimeout after it was sent (not a context error: the
 // caller's context is fine), and the node's breaker counts it.
 func TestBlockingCallOnHungServerFailsAfterItsBudget(t *testing.T) {
+	sideBySide(t)
 	srv := redistest.StartServer(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	for _, tc := range []struct {

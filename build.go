@@ -147,8 +147,11 @@ func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
 	case clientOrdinary, clientLong, clientSharded:
 		cl := newNodeClient(s)
-		if s.kind != clientOrdinary {
-			s.hooks.ext.apply(cl)
+		switch s.kind {
+		case clientLong:
+			s.hooks.ext.apply(cl, RoleLong)
+		case clientSharded:
+			s.hooks.ext.apply(cl, RoleSharded)
 		}
 		return cl
 	case clientDedicated:
@@ -163,7 +166,7 @@ func newGoRedis(s clientSpec) hookable {
 		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)
 		cl.AddHook(s.socket)
-		s.hooks.ext.apply(cl)
+		s.hooks.ext.apply(cl, RoleDedicated)
 		return cl
 	case clientProbe:
 		opt := *s.base
@@ -195,7 +198,7 @@ func newGoRedis(s clientSpec) hookable {
 		cl := redis.NewClient(&opt)
 		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)
-		s.hooks.ext.apply(cl)
+		s.hooks.ext.apply(cl, RoleReplica)
 		return cl
 	default: // clientSentinelQuestion
 		opt := *s.base

@@ -77,8 +77,8 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 				up.Mode = ModeCluster
 				uc, err := newClient(up, clk)
 				if err == nil {
-					c.hooks.ext.each(func(fn func(redis.UniversalClient) error) {
-						if err := uc.Instrument(fn); err != nil {
+					c.hooks.ext.each(func(fn func(redis.UniversalClient, ClientRole) error) {
+						if err := uc.InstrumentRoles(fn); err != nil {
 							c.log.Warn("redisguard: an Instrument extension failed on the cluster client; it runs without it",
 								"err", c.redact(err.Error()))
 						}

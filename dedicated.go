@@ -335,7 +335,9 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 	wait := time.Millisecond
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
-		n, err := d.control.ClientUnblockWithError(ctx, d.id).Result()
+		cmd := ownCmd{redis.NewCmd(ctx, "client", "unblock", d.id, "error")}
+		_ = d.control.Process(ctx, cmd)
+		n, err := cmd.Int64()
 		cancel()
 		switch {
 		case isRedisReply(err):

@@ -158,14 +158,14 @@ func (p *pendingMode) cluster() *Client {
 // fn to the Cluster-mode Client if there is one: under mu, so that a
 // Cluster-mode Client built meanwhile gets fn exactly once (build applies
 // the extensions added before it).
-func (p *pendingMode) instrument(fn func(redis.UniversalClient) error, add func() error) error {
+func (p *pendingMode) instrument(fn func(redis.UniversalClient, ClientRole) error, add func() error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := add(); err != nil {
 		return err
 	}
 	if up := p.up.Load(); up != nil {
-		return up.Instrument(fn)
+		return up.InstrumentRoles(fn)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ func (d *divergence) viewCandidates(slot int, target string, clients map[string]
 func (d *divergence) answers(ctx context.Context, clients map[string]*redis.Client, addr string) bool {
 	var err error
 	if cl, ok := clients[addr]; ok {
-		err = cl.Ping(ctx).Err()
+		err = cl.Process(ctx, ownCmd{redis.NewCmd(ctx, "ping")})
 	} else {
 		// Named by some node but absent from our map (e.g. a failed node
 		// CLUSTER SLOTS leaves out): one PING on a connection of its own,

@@ -289,6 +289,10 @@ func TestScenarioHungMasterFailoverPaced(t *testing.T) {
 	assert.GreaterOrEqual(t, mg.otherDuring/mg.otherBefore, pick(0.9, 0.6), "the other slots lost their pace")
 	require.GreaterOrEqual(t, mg.writesResumed, time.Duration(0), "writes never followed the promotion")
 	assert.LessOrEqual(t, mg.writesResumed, pick(500*time.Millisecond, 1500*time.Millisecond), "writes followed the promotion late")
-	assert.LessOrEqual(t, mg.failFastP99, pick(5*time.Millisecond, 50*time.Millisecond), "writes to the hung master did not fail fast")
+	// The short form runs with -race beside other scenarios (sideBySide),
+	// whose scheduling delays reach the p99; what it tells apart is failing
+	// at once from waiting out the hang (seconds). At full length it runs
+	// alone and the bound is the issue's.
+	assert.LessOrEqual(t, mg.failFastP99, pick(5*time.Millisecond, 500*time.Millisecond), "writes to the hung master did not fail fast")
 	assert.Zero(t, rg.lost, "acknowledged writes were lost")
 }

@@ -247,7 +247,8 @@ func (c *Client) writeArgs(key string) []any {
 	return []any{"set", key, token, "px", ttl}
 }
 
-// oneShot marks a probe command as not retryable, through go-redis's own
+// oneShot marks a health check's command as one of redisguard's own
+// (IsOwnCommand) and as not retryable, through go-redis's own
 // per-command switch: Cmder.NoRetry, which every go-redis retry loop and
 // nodeGuard's reset retry consult. A check judges a server that answers by
 // its first answer: a reset probe connection is a failed step, not a

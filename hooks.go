@@ -35,6 +35,7 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 // the long client and the clients of blocking calls' dedicated connections.
 // It returns fn's first error; if fn fails on the ordinary client, fn is not
 // kept. A later client fn fails on is used as it is, and the failure logged.
+// InstrumentRoles also tells fn which client it is given.
 //
 // The clients fn sees are go-redis's own (*redis.Client, or
 // *redis.ClusterClient in Cluster mode, whose extensions hook node clients
@@ -45,6 +46,9 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 // The internal clients that only check on nodes (recovery probes, the
 // questions to sentinels) are not given to fn: they carry no user command,
 // and tracing every probe of a node that is down would flood the traces.
+// The few commands redisguard sends on the clients fn does see (health
+// checks' round trips, CLIENT UNBLOCK, replicas' lag questions) are
+// reported by IsOwnCommand, for an extension to leave out.
 //
 // Each dedicated connection runs on a go-redis client of its own, kept
 // after the connection closes for the next one to the same node: an
@@ -60,6 +64,17 @@ func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 	if fn == nil {
 		return invalid("Instrument", "needs a function")
 	}
+	return c.InstrumentRoles(func(rdb redis.UniversalClient, _ ClientRole) error { return fn(rdb) })
+}
+
+// InstrumentRoles is Instrument with each client's role, for an extension
+// that labels what it reports: redisotel's pool metrics, named after the
+// client's address by default, would add up the pools of every client of
+// one address.
+func (c *Client) InstrumentRoles(fn func(rdb redis.UniversalClient, role ClientRole) error) error {
+	if fn == nil {
+		return invalid("InstrumentRoles", "needs a function")
+	}
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -69,20 +84,59 @@ func (c *Client) Instrument(fn func(redis.UniversalClient) error) error {
 	return c.instrument(fn)
 }
 
+// ClientRole names the part a go-redis client given to Instrument's
+// function plays. Each role's clients have pools of their own.
+type ClientRole string
+
+const (
+	// RoleOrdinary is the client every command enters, with
+	// Config.MaxConnections per node; in Cluster mode, its node clients.
+	RoleOrdinary ClientRole = "ordinary"
+	// RoleLong runs blocking calls' batches and redirects, and CLIENT
+	// UNBLOCK (Config.MaxLongConnections).
+	RoleLong ClientRole = "long"
+	// RoleDedicated is one blocking call's connection to one node, a pool of
+	// one; a node has as many as it had blocking calls at once.
+	RoleDedicated ClientRole = "dedicated"
+	// RoleSharded runs a Cluster-mode Client's sharded subscriptions.
+	RoleSharded ClientRole = "sharded"
+	// RoleReplica serves the reads of a Sentinel-managed master's replica
+	// (Config.ReadFrom).
+	RoleReplica ClientRole = "replica"
+)
+
+// IsOwnCommand reports whether cmd is one redisguard sends itself on a
+// client that Instrument's extensions and AddHook's hooks see: a health
+// check's round trip, a CLIENT UNBLOCK that ends a cancelled blocking call,
+// a replica's lag question, a PING that asks whether a node claiming a slot
+// answers. A tracing or metrics extension can leave them out, as
+// redisguardotel's does; the service sent none of them.
+func IsOwnCommand(cmd redis.Cmder) bool {
+	switch cmd.(type) {
+	case oneShot, ownCmd:
+		return true
+	}
+	return false
+}
+
+// ownCmd marks a command redisguard sends itself (IsOwnCommand); oneShot
+// marks one that is not retried, too.
+type ownCmd struct{ *redis.Cmd }
+
 // instrument applies fn to c's own clients and keeps it for later ones.
-func (c *Client) instrument(fn func(redis.UniversalClient) error) error {
+func (c *Client) instrument(fn func(redis.UniversalClient, ClientRole) error) error {
 	return c.adm.instrument(func(long redis.UniversalClient) error {
 		return c.subs.withSharded(func(sharded *redis.ClusterClient) error {
 			if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
 				return err
 			}
 			if long != nil {
-				if err := fn(long); err != nil {
+				if err := fn(long, RoleLong); err != nil {
 					return err
 				}
 			}
 			if sharded != nil {
-				return fn(sharded)
+				return fn(sharded, RoleSharded)
 			}
 			return nil
 		})
@@ -265,14 +319,14 @@ func isNilFunc[F any](f F) bool {
 type extensions struct {
 	k   *core
 	mu  sync.Mutex
-	fns []func(redis.UniversalClient) error // guarded by mu
+	fns []func(redis.UniversalClient, ClientRole) error // guarded by mu
 }
 
 // add applies fn to ordinary and keeps it for later clients if that worked.
-func (e *extensions) add(fn func(redis.UniversalClient) error, ordinary redis.UniversalClient) error {
+func (e *extensions) add(fn func(redis.UniversalClient, ClientRole) error, ordinary redis.UniversalClient) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := fn(ordinary); err != nil {
+	if err := fn(ordinary, RoleOrdinary); err != nil {
 		return err
 	}
 	e.fns = append(e.fns, fn)
@@ -280,21 +334,21 @@ func (e *extensions) add(fn func(redis.UniversalClient) error, ordinary redis.Un
 }
 
 // each calls fn with every kept function.
-func (e *extensions) each(fn func(func(redis.UniversalClient) error)) {
+func (e *extensions) each(fn func(func(redis.UniversalClient, ClientRole) error)) {
 	e.mu.Lock()
-	fns := append([]func(redis.UniversalClient) error(nil), e.fns...)
+	fns := append([]func(redis.UniversalClient, ClientRole) error(nil), e.fns...)
 	e.mu.Unlock()
 	for _, f := range fns {
 		fn(f)
 	}
 }
 
-// apply runs every kept function on cl, a client just built.
-func (e *extensions) apply(cl redis.UniversalClient) {
+// apply runs every kept function on cl, a client of role just built.
+func (e *extensions) apply(cl redis.UniversalClient, role ClientRole) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, fn := range e.fns {
-		if err := fn(cl); err != nil {
+		if err := fn(cl, role); err != nil {
 			e.k.log.Warn("redisguard: an Instrument extension failed on a new client; it runs without it",
 				"err", e.k.redact(err.Error()))
 		}

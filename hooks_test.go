@@ -3,7 +3,9 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,6 +176,7 @@ func TestHookChainsBuildInTwoAllocations(t *testing.T) {
 // long client and its connection, sees every kind of command once, with the
 // error the caller gets, and the dials of subscriptions.
 func TestAddHookSeesEveryCommand(t *testing.T) {
+	sideBySide(t)
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		checkAddHook(t, newTestClient(t, Config{Addrs: []string{srv.Addr}}))
@@ -290,6 +293,7 @@ func instrumentAll(h redis.Hook) func(redis.UniversalClient) error {
 // clients that exist and on those built later: a dedicated connection
 // opened before the call is replaced by one the extension reaches.
 func TestInstrumentReachesEveryClient(t *testing.T) {
+	sideBySide(t)
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
@@ -327,4 +331,61 @@ func checkInstrument(t *testing.T, c *Client) {
 	assert.ErrorIs(t, c.Instrument(nil), ErrInvalidConfig)
 	require.NoError(t, c.Close())
 	assert.ErrorIs(t, c.Instrument(instrumentAll(rec)), ErrClosed)
+}
+
+// InstrumentRoles names each client it hands over, and the commands
+// redisguard sends itself on them (a health check's, the CLIENT UNBLOCK of a
+// cancelled blocking call) are told from the service's by IsOwnCommand.
+func TestInstrumentRolesTellOwnCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	var mu sync.Mutex
+	var seen []string
+	require.NoError(t, c.InstrumentRoles(func(rdb redis.UniversalClient, role ClientRole) error {
+		rdb.(*redis.Client).AddHook(processHook(func(next redis.ProcessHook) redis.ProcessHook {
+			return func(ctx context.Context, cmd redis.Cmder) error {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s %s own=%v", role, cmd.Name(), IsOwnCommand(cmd)))
+				mu.Unlock()
+				return next(ctx, cmd)
+			}
+		}))
+		return nil
+	}))
+
+	require.NoError(t, c.Set(ctx, "roles:k", "v", 0).Err())
+	require.True(t, c.Check(ctx, CheckOptions{WriteKey: "redisguard:health:roles"}).Healthy)
+	cancelled, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, c.BLPop(cancelled, 5*time.Second, "roles:q").Err(), context.DeadlineExceeded)
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(seen, "long client own=true")
+	}, 5*time.Second, 10*time.Millisecond, "the CLIENT UNBLOCK")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{
+		"ordinary set own=false",
+		"ordinary ping own=true",
+		"ordinary set own=true",
+		"dedicated blpop own=false",
+	} {
+		assert.Contains(t, seen, want)
+	}
+	assert.ErrorIs(t, c.InstrumentRoles(nil), ErrInvalidConfig)
+	assert.False(t, IsOwnCommand(redis.NewCmd(ctx, "ping")))
+}
+
+// processHook is a hook with a process step alone.
+type processHook func(redis.ProcessHook) redis.ProcessHook
+
+func (h processHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h processHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return h(next)
+}
+func (h processHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -455,7 +455,9 @@ func (r *replicas) pollLag(ctx context.Context, addr string) (time.Duration, err
 	if cl == nil || r.lagInfo.refused() {
 		return 0, errNotServing
 	}
-	info, err := cl.Info(ctx, "replication").Result()
+	cmd := ownCmd{redis.NewCmd(ctx, "info", "replication")}
+	_ = cl.Process(ctx, cmd)
+	info, err := cmd.Text()
 	if err != nil {
 		r.lagInfo.refusedBy(r.k, lagQuestion, addr, err)
 		return 0, err

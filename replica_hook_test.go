@@ -78,9 +78,7 @@ func TestReplicaReadsLandWhereReadFromSays(t *testing.T) {
 // reads do; EVAL, a write, a transaction and a pipeline with a write fail
 // fast with ErrNodeUnavailable naming the master.
 func TestMasterPreferredMovesOnlyReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real servers")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 15 * time.Second})
 	master := cl.Masters[0]
 	key := cl.KeyOn(t, master, "mp")
@@ -128,9 +126,7 @@ func TestMasterPreferredMovesOnlyReads(t *testing.T) {
 // breaker opens, its reads go to the master meanwhile, its probes find it
 // when it answers again, and reads return to it.
 func TestHungReplicaFailsOverToMasterAndRecovers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real servers")
-	}
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 15 * time.Second})
 	master, replica := cl.Masters[0], cl.Replicas[0]
 	key := cl.KeyOn(t, master, "rp")

@@ -244,9 +244,7 @@ func TestClusterBatchTypesRefusalsBesideAHungNode(t *testing.T) {
 // the same way, dropping the idle connections so that new dials follow the
 // name. No write fails, and none runs on the demoted node.
 func TestScenarioReadOnlyBehindANameIsRiddenOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	sideBySide(t)
 	const writers = 20
 	type result struct {
 		name             string

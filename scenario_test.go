@@ -29,11 +29,11 @@ func scenarioFull() bool { return os.Getenv("REDISGUARD_SCENARIO") == "full" }
 
 // sideBySide starts a long real-server test that spends its time waiting
 // for failovers, elections and timeouts rather than computing: skipped
-// under -short, and under `make test` run beside one other such test (go
-// test's -parallel, GOMAXPROCS by default), which keeps the suite within
-// CI's budget on two cores. Its short-form bounds leave room for that. At
-// full length (`make scenarios`) it runs alone: its figures are the issues'
-// targets.
+// under -short, and under `make test` run beside others of its kind (go
+// test's -parallel, which the Makefile sets to 3), after the tests that run
+// alone. That keeps the suite within CI's budget on two cores; the short
+// forms' bounds leave room for it. At full length (`make scenarios`) it
+// runs alone: its figures are the issues' targets.
 func sideBySide(t *testing.T) {
 	t.Helper()
 	if testing.Short() {

@@ -124,6 +124,7 @@ func testSSubscribeSplits(t *testing.T, protocol int) {
 // to another master. The subscription is split between the two and keeps
 // receiving both.
 func TestSSubscribeSplitsAfterSlotMigration(t *testing.T) {
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	from, to := cl.Masters[0], cl.Masters[1]
 	moving := cl.KeyOn(t, from, "split:moving")

@@ -6,7 +6,10 @@
 // refreshes) as metrics: observable instruments read Client.Stats at each
 // collection, and counters record the client's events. InstrumentTracing
 // and InstrumentMetrics apply go-redis's redisotel to every go-redis client
-// the redisguard client runs, for a span and timings per command:
+// the redisguard client runs, for a span and timings per command, each
+// labelled with the client's role (ClientAttribute), each pool under a
+// name of its own, and no span for redisguard's own commands (health
+// checks, CLIENT UNBLOCK; see redisguard.IsOwnCommand):
 //
 //	client, reg, err := redisguardotel.NewClient(cfg, redisguardotel.WithMeterProvider(mp))
 //	if err != nil { ... }
@@ -24,7 +27,9 @@
 // have one (db.client.connection.max, db.client.connection.count,
 // db.client.connection.timeouts, with db.client.connection.pool.name the
 // node's address, or "long" for the budget all nodes share), and are
-// redisguard.* otherwise. Per-node measurements carry server.address and
+// redisguard.* otherwise; redisotel's own pool metrics (db.client.connections.*,
+// with pool.name) name each go-redis client's pool as InstrumentMetrics
+// says. Per-node measurements carry server.address and
 // server.port; no attribute is ever derived from credentials.
 package redisguardotel
 
