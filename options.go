@@ -480,9 +480,9 @@ type Config struct {
 	// connections are handed over to the endpoint a MOVING names; a server
 	// that refuses CLIENT MAINT_NOTIFICATIONS turns them off quietly.
 	// ModeEnabled is refused in Sentinel mode and with Protocol 2, where
-	// go-redis would run without notifications. Probes, health checks,
-	// sentinel questions and the dedicated connections of blocking calls run
-	// with notifications off.
+	// go-redis would run without notifications. The connections redisguard
+	// opens for itself (probes, sentinel questions) and the dedicated
+	// connections of blocking calls run with notifications off.
 	// default: nil, go-redis's ModeAuto
 	MaintNotificationsConfig *maintnotifications.Config
 }
