@@ -298,6 +298,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g.long = s.kind == clientLong
 			cl.AddHook(g)
 			watchMaintenance(cl, g.n, s.k.clock)
+			reloadOnMigrated(cl, h.topo)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
 			case clientOrdinary:
@@ -308,6 +309,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			return cl
 		}
 		cc := redis.NewClusterClient(co)
+		// go-redis sets its own answer to SMIGRATED on each new node
+		// client, after NewClient; this one, registered later, runs last.
+		cc.OnNewNode(func(cl *redis.Client) { reloadOnMigrated(cl, h.topo) })
 		if ordinary {
 			cc.AddHook(h.user.layer(true))
 		}

@@ -137,3 +137,17 @@ func (h maintHook) PostHook(_ context.Context, nc push.NotificationHandlerContex
 		h.n.maint.end(nc.Conn, h.clock.Now())
 	}
 }
+
+// reloadOnMigrated has the maintenance notifications manager of cl, a node
+// client of a cluster client, answer the end of a slot migration it was
+// told of (SMIGRATED) with a slot-map refresh through topo, which reloads
+// every cluster client of the Client through the one single-flight cache.
+// go-redis's own answer reloads only the cluster client that made cl, and
+// only when ClusterOptions.MaintNotificationsConfig was set.
+func reloadOnMigrated(cl *redis.Client, topo *topology) {
+	m := cl.GetMaintNotificationsManager()
+	if m == nil || topo == nil {
+		return
+	}
+	m.SetClusterStateReloadCallback(func(context.Context, string, []string) { topo.force() })
+}

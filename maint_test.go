@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/faultproxy"
 	"github.com/redisguard/redisguard/internal/redistest"
 )
 
@@ -303,4 +305,57 @@ func TestMaintenanceKeepsTheGuardsQuiet(t *testing.T) {
 		f.run(DefaultSlowNodeMarkAfter+2*time.Second, slowA)
 		assert.True(t, a.slow.Load(), "slow after the window, and not marked")
 	})
+}
+
+// The end of a slot migration, announced as SMIGRATED on a connection of
+// the source, refreshes the slot map at once, through the one cache:
+// before it, nothing had asked for one.
+func TestSlotMigrationEndRefreshesTheSlotMap(t *testing.T) {
+	proxies := map[int]*faultproxy.Proxy{}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 2, Announce: func(port int) int {
+		p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		p.Stub("client", "maint_notifications")
+		proxies[port] = p
+		_, to, _ := net.SplitHostPort(p.Addr())
+		n, _ := strconv.Atoi(to)
+		return n
+	}})
+	from, to := cl.Masters[0], cl.Masters[1]
+	moved := cl.KeyOn(t, from, "migrated:")
+	other := cl.KeyOn(t, from, "stays:")
+	for redistest.Slot(other) == redistest.Slot(moved) {
+		other = cl.KeyOn(t, from, other)
+	}
+	c := newTestClient(t, Config{Addrs: cl.ClientAddrs(), Mode: ModeCluster, Protocol: 3})
+	ctx := testCtx(t, 10*time.Second)
+	require.NoError(t, c.Set(ctx, moved, "v", time.Minute).Err())
+	require.NoError(t, c.Set(ctx, other, "v", time.Minute).Err())
+
+	slot := redistest.Slot(moved)
+	cl.MigrateSlot(t, slot, from, to, 10)
+	before := c.Stats().TopologyRefreshes
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, c.Get(ctx, other).Err())
+	require.Equal(t, before, c.Stats().TopologyRefreshes, "a refresh before the announcement")
+
+	src, dst := cl.ClientAddr(from), cl.ClientAddr(to)
+	s := strconv.Itoa(slot)
+	frame := ">3\r\n$9\r\nSMIGRATED\r\n:7\r\n*1\r\n*3\r\n" +
+		"$" + strconv.Itoa(len(src)) + "\r\n" + src + "\r\n" +
+		"$" + strconv.Itoa(len(dst)) + "\r\n" + dst + "\r\n" +
+		"$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n"
+	require.Positive(t, proxies[from.Port].Push([]byte(frame)))
+	// A connection reads the notification with its next reply.
+	redistest.WaitFor(t, 5*time.Second, "a refresh after SMIGRATED", func() error {
+		if err := c.Get(ctx, other).Err(); err != nil {
+			return err
+		}
+		if c.Stats().TopologyRefreshes == before {
+			return fmt.Errorf("%d refreshes", before)
+		}
+		return nil
+	})
+	require.NoError(t, c.Get(ctx, moved).Err())
 }
