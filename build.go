@@ -43,6 +43,10 @@ type clientSpec struct {
 	nodes    *nodeSet     // whose guards the client, or each node client, carries
 	poolSize int          // connections per node
 	hooks    *clientHooks // the Client's own hooks; dedicated clients too
+	// scoring, set on the long client in Standalone and Sentinel mode, is
+	// the ordinary client's node set, whose guards score the long calls:
+	// its nodes hear the long connections' maintenance notifications.
+	scoring *nodeSet
 
 	// Dedicated, probe, sentinel-question and replica clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
@@ -188,6 +192,9 @@ func newGoRedis(s clientSpec) hookable {
 	case clientReplica:
 		opt := *s.base
 		opt.Addr, opt.PoolSize = s.addr, s.poolSize
+		// go-redis's failover client, whose replica reads this one
+		// takes over, runs without maintenance notifications.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
 		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)
@@ -290,6 +297,8 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
 			cl.AddHook(g)
+			watchMaintenance(cl, g.n, s.k.clock)
+			reloadOnMigrated(cl, h.topo)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
 			case clientOrdinary:
@@ -300,6 +309,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			return cl
 		}
 		cc := redis.NewClusterClient(co)
+		// go-redis sets its own answer to SMIGRATED on each new node
+		// client, after NewClient; this one, registered later, runs last.
+		cc.OnNewNode(func(cl *redis.Client) { reloadOnMigrated(cl, h.topo) })
 		if ordinary {
 			cc.AddHook(h.user.layer(true))
 		}
@@ -334,6 +346,11 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		if ordinary {
 			cl.AddHook(h.budget)
 		}
+		mn := g.n
+		if s.scoring != nil {
+			mn = s.scoring.get(mn.addr)
+		}
+		watchMaintenance(cl, mn, s.k.clock)
 		return cl
 	}
 }
@@ -359,6 +376,7 @@ func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuar
 		spec.k.log = c.log
 		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
 		spec.nodes.nested = true
+		spec.scoring = c.nodes
 	}
 	guard := func(addr string) nodeGuard {
 		g := spec.nodes.guard(addr)
@@ -395,6 +413,7 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		MaxRedirects:     cfg.MaxRedirects,
 
 		Protocol:                     cfg.Protocol,
+		MaintNotificationsConfig:     cfg.MaintNotificationsConfig,
 		Dialer:                       cfg.Dialer,
 		OnConnect:                    duringSetUp(cfg.OnConnect),
 		CredentialsProvider:          cfg.CredentialsProvider,
@@ -429,10 +448,9 @@ func (c *core) options(poolSize int) *redis.UniversalOptions {
 		// No go-redis retries: it would retry read and pool timeouts too.
 		// nodeGuard retries a reset connection once instead (Standalone and
 		// Sentinel); the cluster client's loop retries a node once by itself.
-		MaxRetries:               -1,
-		ContextTimeoutEnabled:    true,
-		PipelinePoolSize:         noPipelinePool,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		PipelinePoolSize:      noPipelinePool,
 	}
 }
 

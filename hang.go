@@ -154,9 +154,11 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 			s.heard = now
 		}
 		busy = busy || asked
-		if !asked || heard || fresh || n.resolving.Load() > 0 {
+		if !asked || heard || fresh || n.resolving.Load() > 0 || n.maint.active(now) {
 			// A Sentinel dial spends its first wait on the sentinels,
-			// which is not the master's silence.
+			// which is not the master's silence; a node under an
+			// announced maintenance may stay silent for the relaxed
+			// timeout, and its silence counts from the window's end.
 			s.since = now
 			continue
 		}

@@ -73,6 +73,7 @@ type node struct {
 	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)
 	conns       connSet      // the connections of the ordinary clients, cut when the breaker opens
 	tripSilence atomic.Int64 // ns of silence the hang watch tripped the breaker on; 0 otherwise
+	maint       maintenance  // announced maintenance windows (maint.go)
 
 	slowWaiting     atomic.Int64  // ordinary operations admitted while it is marked, in progress
 	exhaustions     atomic.Uint64 // operations refused with ErrPoolExhausted
@@ -858,6 +859,11 @@ func (g *nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Out
 	if o == breaker.Failure && g.follow != nil && g.follow.dialedElsewhere(n, err) {
 		return breaker.Neutral
 	}
+	if o == breaker.Failure && isTimeout(err) && n.maint.active(g.k.clock.Now()) {
+		// The node announced a maintenance, and go-redis waited the
+		// relaxed timeout for it.
+		return breaker.Neutral
+	}
 	return o
 }
 
@@ -951,8 +957,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return breaker.Failure
 	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
+	if isTimeout(err) {
 		return breaker.Failure
 	}
 	if isConnReset(err) {

@@ -473,11 +473,17 @@ type Config struct {
 	PipelinePoolSize                                int
 	PipelineReadBufferSize, PipelineWriteBufferSize int
 
-	// MaintNotificationsConfig: nil or Mode maintnotifications.ModeDisabled.
-	// go-redis's maintenance handling relaxes timeouts and hands connections
-	// over to other endpoints on its own, behind the breakers and the
-	// ReadTimeout contract.
-	// default: nil, disabled
+	// MaintNotificationsConfig passes to go-redis, whose default (nil) is
+	// maintnotifications.ModeAuto: on a server that sends maintenance
+	// notifications (Redis Cloud, Redis Software) a connection's timeouts
+	// relax while its endpoint announces a migration or failover, and
+	// connections are handed over to the endpoint a MOVING names; a server
+	// that refuses CLIENT MAINT_NOTIFICATIONS turns them off quietly.
+	// ModeEnabled is refused in Sentinel mode and with Protocol 2, where
+	// go-redis would run without notifications. The connections redisguard
+	// opens for itself (probes, sentinel questions) and the dedicated
+	// connections of blocking calls run with notifications off.
+	// default: nil, go-redis's ModeAuto
 	MaintNotificationsConfig *maintnotifications.Config
 }
 
@@ -491,6 +497,10 @@ func invalid(field, format string, args ...any) error {
 // password.
 func (cfg Config) resolve() (Config, error) {
 	cfg.Addrs = append([]string(nil), cfg.Addrs...)
+	if m := cfg.MaintNotificationsConfig; m != nil {
+		m := *m
+		cfg.MaintNotificationsConfig = &m
+	}
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}

@@ -83,8 +83,8 @@ func (cfg *Config) validateGoRedis() error {
 	if cfg.PipelineWriteBufferSize != 0 {
 		return invalid("PipelineWriteBufferSize", "is set, but there is no pipeline pool (PipelinePoolSize); WriteBufferSize sizes pipelines' buffers")
 	}
-	if m := cfg.MaintNotificationsConfig; m != nil && m.Mode != maintnotifications.ModeDisabled {
-		return invalid("MaintNotificationsConfig", "has Mode %q; go-redis's maintenance handling relaxes timeouts and hands connections over behind the breakers, so redisguard keeps it disabled", m.Mode)
+	if err := cfg.validateMaint(); err != nil {
+		return err
 	}
 	return cfg.validateCache()
 }
@@ -109,6 +109,33 @@ func (cfg *Config) validateClusterOnly() error {
 		if f.set {
 			return invalid(f.name, "is set, but it is a Cluster-mode option and the mode is %s", cfg.Mode)
 		}
+	}
+	return nil
+}
+
+// validateMaint checks MaintNotificationsConfig as go-redis would once its
+// defaults are applied, and refuses ModeEnabled where go-redis would
+// quietly run without notifications: in Sentinel mode (its failover client
+// has none) and on RESP2 (they arrive as RESP3 pushes). ModeAuto, nil
+// included, is go-redis's own: it turns notifications off for a server that
+// refuses them.
+func (cfg *Config) validateMaint() error {
+	const field = "MaintNotificationsConfig"
+	m := cfg.MaintNotificationsConfig
+	if m == nil {
+		return nil
+	}
+	if err := m.ApplyDefaults().Validate(); err != nil {
+		return invalid(field, "is not one go-redis accepts: %v", err)
+	}
+	if m.Mode != maintnotifications.ModeEnabled {
+		return nil
+	}
+	switch {
+	case cfg.Mode == ModeSentinel:
+		return invalid(field, "has Mode %q, but go-redis v9.23's Sentinel-mode client has no maintenance notifications; leave it nil", m.Mode)
+	case cfg.Protocol == 2:
+		return invalid(field, "has Mode %q with Protocol 2; the notifications are RESP3 pushes", m.Mode)
 	}
 	return nil
 }

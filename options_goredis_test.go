@@ -28,7 +28,7 @@ import (
 var ownedOptions = []string{
 	"MaxRetries", "MinRetryBackoff", "MaxRetryBackoff", "ContextTimeoutEnabled", "DialerRetries",
 	"DialerRetryTimeout", "PipelinePoolSize", "PipelineReadBufferSize", "PipelineWriteBufferSize",
-	"MaintNotificationsConfig", "PoolSize",
+	"PoolSize",
 }
 
 // coveredOptions are the redis.UniversalOptions fields Config has under
@@ -161,7 +161,15 @@ func TestGoRedisOptionsValidation(t *testing.T) {
 		{"PipelineReadBufferSize", Config{Addrs: one, PipelineReadBufferSize: 1 << 17}, "PipelineReadBufferSize"},
 		{"PipelineWriteBufferSize", Config{Addrs: one, PipelineWriteBufferSize: 1 << 17}, "PipelineWriteBufferSize"},
 		{"maintenance notifications disabled", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}}, ""},
-		{"maintenance notifications auto", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto}}, "MaintNotificationsConfig"},
+		{"maintenance notifications auto", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto}}, ""},
+		{"maintenance notifications by default", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{RelaxedTimeout: time.Second}}, ""},
+		{"maintenance notifications enabled", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}}, ""},
+		{"maintenance notifications enabled in Cluster mode", Config{Addrs: []string{"a:1", "b:2"}, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}}, ""},
+		{"maintenance notifications enabled in Sentinel mode", Config{Addrs: one, MasterName: "m", MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}}, "MaintNotificationsConfig"},
+		{"maintenance notifications auto in Sentinel mode", Config{Addrs: one, MasterName: "m", MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto}}, ""},
+		{"maintenance notifications enabled on RESP2", Config{Addrs: one, Protocol: 2, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeEnabled}}, "MaintNotificationsConfig"},
+		{"maintenance notifications unknown mode", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{Mode: "sometimes"}}, "MaintNotificationsConfig"},
+		{"maintenance notifications unknown endpoint type", Config{Addrs: one, MaintNotificationsConfig: &maintnotifications.Config{EndpointType: "carrier-pigeon"}}, "MaintNotificationsConfig"},
 
 		{"cache on one server", Config{Addrs: one, ClientSideCacheConfig: csc, ClientSideCacheCoalesceMisses: true}, ""},
 		{"explicit cache", Config{Addrs: one, ClientSideCache: fakeCache{}}, ""},

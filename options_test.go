@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -117,11 +118,14 @@ func TestModeAuto(t *testing.T) {
 
 func TestNewClientCopiesConfig(t *testing.T) {
 	addrs := []string{"localhost:1"}
-	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: addrs})
+	maint := &maintnotifications.Config{Mode: maintnotifications.ModeAuto}
+	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: addrs, MaintNotificationsConfig: maint})
 	require.NoError(t, err)
 	defer c.Close()
 	addrs[0] = "changed:2"
+	maint.Mode = maintnotifications.ModeEnabled
 	assert.Equal(t, "localhost:1", c.cfg.Addrs[0])
+	assert.Equal(t, maintnotifications.ModeAuto, c.cfg.MaintNotificationsConfig.Mode)
 }
 
 // NewClient must not dial with an explicit Mode: services build clients at

@@ -67,6 +67,9 @@ func (s *slowNodes) observe(nodes *nodeSet, n *node, cmd redis.Cmder, start time
 		return // a blocking command's wait is no latency
 	}
 	now := s.k.clock.Now()
+	if n.maint.overlaps(start, now) {
+		return // the maintenance's wait, not the node's latency
+	}
 	n.lat.Observe(now, now.Sub(start))
 	mask := uint32(sampleFast)
 	// A node is judged only beside enough peers: alone (Standalone), above

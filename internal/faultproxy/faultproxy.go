@@ -107,6 +107,8 @@ type Proxy struct {
 	links  map[*link]bool // guarded by mu; open relays
 	closed bool           // guarded by mu
 	stats  Stats          // guarded by mu
+	delay  time.Duration  // guarded by mu; how long each read from the server is held (SetReplyDelay)
+	stubs  [][]string     // guarded by mu; requests sent to the server as PING (Stub)
 }
 
 // link is one relayed connection.
@@ -120,7 +122,10 @@ type link struct {
 	// waits for: the next reply on this link is the one lost. Guarded by
 	// Proxy.mu.
 	marked bool
-	once   sync.Once
+	// wmu serialises writes to the client: the relayed replies and the
+	// pushes Push writes between them.
+	wmu  sync.Mutex
+	once sync.Once
 }
 
 // Stats counts what the proxy has done since New.
@@ -346,9 +351,19 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 				l.tainted = true
 				p.stats.Swallowed += int64(n)
 			}
+			var delay time.Duration
+			out := buf[:n]
+			if src == l.server {
+				delay = p.delay
+			} else if len(p.stubs) > 0 {
+				out = stub(out, p.stubs)
+			}
 			p.mu.Unlock()
 			if !swallow {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+				if delay > 0 {
+					time.Sleep(delay)
+				}
+				if err := l.write(dst, out); err != nil {
 					return
 				}
 			}
@@ -357,6 +372,17 @@ func (p *Proxy) copy(l *link, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// write writes b to dst, the link's client or its server; writes to the
+// client hold wmu.
+func (l *link) write(dst net.Conn, b []byte) error {
+	if dst == l.client {
+		l.wmu.Lock()
+		defer l.wmu.Unlock()
+	}
+	_, err := dst.Write(b)
+	return err
 }
 
 // swallows reports whether m throws away what is read from the server

@@ -1,0 +1,186 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisguard/redisguard/internal/faultproxy"
+	"github.com/redisguard/redisguard/internal/redistest"
+)
+
+// A master announces a migration (MIGRATING on each of its connections,
+// injected by the proxy in front of it, as go-redis's end-to-end suite
+// does) and then answers every command late: later than HungNodeAfter and
+// ReadTimeout, within the relaxed timeout. Under load from 32 callers the
+// announced maintenance opens no breaker, marks no node slow, and fewer
+// than 1% of commands fail. The same delay unannounced opens the master's
+// breaker: the control. go-redis alone runs the same two beside it.
+//
+// It takes about 25s under -race, past `make test`'s budget: it runs at
+// full length (`make scenarios`) only.
+func TestScenarioAnnouncedMigrationIsRiddenOut(t *testing.T) {
+	if !scenarioFull() {
+		t.Skip("a full-length scenario (REDISGUARD_SCENARIO=full)")
+	}
+	sideBySide(t)
+	var mu sync.Mutex
+	proxies := map[int]*faultproxy.Proxy{} // by the node's port
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Announce: func(port int) int {
+		p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		// Redis 7.0 refuses the handshake; a server that sends
+		// notifications accepts it.
+		p.Stub("client", "maint_notifications")
+		mu.Lock()
+		proxies[port] = p
+		mu.Unlock()
+		_, to, _ := net.SplitHostPort(p.Addr())
+		n, _ := strconv.Atoi(to)
+		return n
+	}})
+	target := cl.Masters[0]
+	proxy := proxies[target.Port]
+	keys := make([][]string, len(cl.Masters))
+	for i, m := range cl.Masters {
+		for j := range 8 {
+			keys[i] = append(keys[i], cl.KeyOn(t, m, fmt.Sprintf("maint:%d:", j)))
+		}
+	}
+
+	const (
+		callers   = 32
+		readTO    = 500 * time.Millisecond
+		delay     = 800 * time.Millisecond // > HungNodeAfter and ReadTimeout
+		slowFor   = 4 * time.Second
+		relaxed   = 6 * time.Second // > delay, and the window's bound > slowFor
+		warm      = 300 * time.Millisecond
+		announced = 200 * time.Millisecond // every connection reads the announcement
+	)
+
+	type result struct {
+		opens, slow, failed, total, targetOps int
+		targetP99                             time.Duration
+		kinds                                 string
+	}
+	maint := func() *maintnotifications.Config {
+		return &maintnotifications.Config{Mode: maintnotifications.ModeAuto, RelaxedTimeout: relaxed}
+	}
+	// run drives the load through c, redisguard's unless goRedis, which
+	// runs go-redis alone with the same options.
+	run := func(t *testing.T, announce, goRedis bool) result {
+		var opened []string
+		var omu sync.Mutex
+		var c redis.UniversalClient
+		var rg *Client
+		if goRedis {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.ClientAddrs(), Protocol: 3, ReadTimeout: readTO,
+				MaintNotificationsConfig: maint()})
+			t.Cleanup(func() { _ = cc.Close() })
+			c = cc
+		} else {
+			rg = newTestClient(t, Config{Addrs: cl.ClientAddrs(), Mode: ModeCluster, Protocol: 3, ReadTimeout: readTO,
+				OnEvent: func(e Event) {
+					if e.Kind == EventBreakerOpened {
+						omu.Lock()
+						opened = append(opened, fmt.Sprintf("%s %s %v", e.Addr, e.Decision, e.Duration))
+						omu.Unlock()
+					}
+				},
+				MaintNotificationsConfig: maint()})
+			c = rg
+		}
+		done := make(chan *opRecord)
+		total := warm + announced + slowFor + warm
+		go func() {
+			done <- runLoad(callers, total, func(ctx context.Context, rng *rand.Rand) (int, error) {
+				g := rng.IntN(len(keys))
+				k := keys[g][rng.IntN(len(keys[g]))]
+				if rng.IntN(2) == 0 {
+					return g, c.Set(ctx, k, "v", time.Minute).Err()
+				}
+				err := c.Get(ctx, k).Err()
+				if errors.Is(err, redis.Nil) {
+					err = nil
+				}
+				return g, err
+			})
+		}()
+		time.Sleep(warm)
+		seq := 1
+		if announce {
+			n := proxy.Push([]byte(">3\r\n$9\r\nMIGRATING\r\n:" + strconv.Itoa(seq) + "\r\n$4\r\n1234\r\n"))
+			t.Logf("MIGRATING reached %d connections", n)
+		}
+		time.Sleep(announced)
+		proxy.SetReplyDelay(delay)
+		time.Sleep(slowFor)
+		proxy.SetReplyDelay(0)
+		if announce {
+			proxy.Push([]byte(">3\r\n$8\r\nMIGRATED\r\n:" + strconv.Itoa(seq+1) + "\r\n$4\r\n1234\r\n"))
+		}
+		rec := <-done
+
+		var r result
+		all := rec.filter(-1, 0, total, nil)
+		failed := rec.filter(-1, 0, total, errOps)
+		r.total, r.failed = len(all), len(failed)
+		late := rec.filter(0, warm+announced, warm+announced+slowFor, nil)
+		r.targetOps, r.targetP99 = len(late), percentile(late, 0.99)
+		for _, o := range failed {
+			if errors.Is(o.err, ErrNodeSlow) {
+				r.slow++
+			}
+		}
+		r.kinds = errorKinds(failed)
+		if rg != nil {
+			for _, n := range rg.Stats().Nodes {
+				r.opens += int(n.Opens)
+			}
+			omu.Lock()
+			t.Logf("breakers opened (the late master is %s): %q", proxy.Addr(), opened)
+			omu.Unlock()
+		}
+		t.Logf("errors: %s", r.kinds)
+		return r
+	}
+
+	var with, without, alone, aloneWithout result
+	t.Run("announced", func(t *testing.T) { with = run(t, true, false) })
+	t.Run("unannounced", func(t *testing.T) { without = run(t, false, false) })
+	t.Run("go-redis announced", func(t *testing.T) { alone = run(t, true, true) })
+	t.Run("go-redis unannounced", func(t *testing.T) { aloneWithout = run(t, false, true) })
+	pct := func(r result) float64 { return float64(r.failed) / float64(max(r.total, 1)) }
+	row := func(name string, r result, guarded bool) []string {
+		opens, slow := fmtCount(r.opens), fmtCount(r.slow)
+		if !guarded {
+			opens, slow = "-", "-"
+		}
+		return []string{name, opens, slow, fmtPct(pct(r)), fmtCount(r.total), fmtCount(r.targetOps), fmtDur(r.targetP99)}
+	}
+	table(t, "replies 800ms late on one of 3 masters for "+slowFor.String()+", 32 callers",
+		[]string{"", "breaker openings", "ErrNodeSlow", "failed", "commands", "on the late master, late", "their p99"},
+		row("redisguard, MIGRATING announced", with, true),
+		row("redisguard, no announcement", without, true),
+		row("go-redis, MIGRATING announced", alone, false),
+		row("go-redis, no announcement", aloneWithout, false),
+	)
+
+	assert.Zero(t, with.opens, "a breaker opened during an announced maintenance")
+	assert.Zero(t, with.slow, "ErrNodeSlow during an announced maintenance")
+	assert.Less(t, pct(with), 0.01, "commands failed during an announced maintenance")
+	assert.Positive(t, with.targetOps, "no command reached the late master")
+	assert.Positive(t, without.opens, "the same delay unannounced opened no breaker")
+}
