@@ -22,7 +22,9 @@ import (
 // that arrives after its caller gave up was still sent. So a caller whose
 // 200ms deadline ends on a hung node counts through the node's silence,
 // and callers whose 1ms deadlines keep ending on a healthy node count for
-// nothing; a timeout counts as it always did.
+// nothing: the silence must include a connection the node kept waiting for
+// two ticks (hangKeptListens), which callers that give up sooner never
+// leave. A timeout counts as it always did.
 //
 // The client's own stalls must not look like a node's: a pause of the whole
 // process (a long GC, a starved container) shows as a tick of the watch that
@@ -54,6 +56,11 @@ type hangWatch struct {
 type nodeSilence struct {
 	since time.Time // when it last answered, or last had nothing to answer
 	heard time.Time // when it last answered
+	// kept: since since, one of its connections was kept waiting for a
+	// reply (connSet.listen). Silence made only of waits that their callers
+	// cut shorter than that is a caller's impatience, not the node's: on a
+	// loaded node every reply may come after its caller gave up.
+	kept bool
 }
 
 const (
@@ -71,6 +78,11 @@ const (
 	// hangFactor times a node's latency (its own or its peers', the
 	// larger) is its silence bound where that is more than the floor.
 	hangFactor = 8
+	// hangKeptListens is how many judgements in a row must find one
+	// connection waiting, with nothing read, for the node to have kept it
+	// waiting: two ticks (50ms) at least. A node whose callers all give up
+	// sooner is never judged silent; their timeouts decide, as before.
+	hangKeptListens = 3
 )
 
 func newHangWatch(clk clock.Clock, floor time.Duration, nodes func() []*node, trip func(*node, time.Duration)) *hangWatch {
@@ -149,7 +161,7 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 			s = &nodeSilence{since: now}
 			w.quiet[n] = s
 		}
-		heard, asked := n.conns.listen()
+		heard, asked, kept := n.conns.listen()
 		if heard {
 			s.heard = now
 		}
@@ -159,15 +171,16 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 			// which is not the master's silence; a node under an
 			// announced maintenance may stay silent for the relaxed
 			// timeout, and its silence counts from the window's end.
-			s.since = now
+			s.since, s.kept = now, false
 			continue
 		}
 		waiting++
-		if silent := now.Sub(s.since); silent >= w.floor && silent >= w.bound(n, nodes) {
+		s.kept = s.kept || kept
+		if silent := now.Sub(s.since); s.kept && silent >= w.floor && silent >= w.bound(n, nodes) {
 			if n.conns.answeredUnread() {
 				// The node answered; the client has not read it yet (its
 				// readers were not scheduled, on a starved machine).
-				s.since = now
+				s.since, s.kept = now, false
 				continue
 			}
 			suspects = append(suspects, suspect{n, silent})
@@ -187,7 +200,7 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 		w.trip(s.n, s.silent)
 		// Its breaker is open and its connections cut: what comes next
 		// is a new silence, if any.
-		w.quiet[s.n].since = now
+		w.quiet[s.n].since, w.quiet[s.n].kept = now, false
 	}
 	return busy
 }

@@ -389,3 +389,40 @@ func TestHangWatchListensToSubscriptions(t *testing.T) {
 	f.node("a:1").conns.mu.Unlock()
 	assert.Zero(t, left)
 }
+
+// Callers that give up within a millisecond on a loaded but healthy node:
+// every command is written, and its connection closed unanswered before
+// the next tick, because the reply comes after its caller's deadline. The
+// node never kept a connection waiting, and it is not judged silent. The
+// same node kept waiting by callers of 100ms is.
+func TestHangWatchImpatientCallersAddUpToNoSilence(t *testing.T) {
+	f := newHangFixture(t, "a:1")
+	f.tick(hangTick)
+	var pending net.Conn
+	f.run(3*DefaultHungNodeAfter, func() {
+		if pending != nil {
+			_ = pending.Close()
+		}
+		c := f.conn("a:1")
+		ask(c)
+		_ = c.Close()
+		pending = f.conn("a:1") // written just before the tick, closed after it
+		ask(pending)
+	})
+	assert.Empty(t, f.opened(), "a node whose callers gave up at once was taken for silent")
+
+	var c net.Conn
+	waited := 0
+	f.run(DefaultHungNodeAfter+4*hangTick, func() {
+		if c == nil || waited == 4 { // each caller gives up after 100ms
+			if c != nil {
+				_ = c.Close()
+			}
+			c, waited = f.conn("a:1"), 0
+			ask(c)
+		}
+		waited++
+	})
+	require.Len(t, f.opened(), 1, "a node that kept its callers waiting 100ms each was not found silent")
+	assert.Equal(t, DecisionSilent, f.opened()[0].Decision)
+}

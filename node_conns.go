@@ -151,19 +151,35 @@ func (s *connSet) waiting() bool {
 // them, carried since the last call, for the hang watch, its only caller:
 // heard says the node sent something on one of them, and waiting that one
 // of them has sent the node something it has not answered yet (on a
-// subscription's, most often go-redis's health-check PING). A command that never reached the node (it
-// waited for a connection, or its caller gave up before it was written) is
-// on none of them: only the node's own silence makes it look hung.
-func (s *connSet) listen() (heard, waiting bool) {
+// subscription's, most often go-redis's health-check PING). A command that
+// never reached the node (it waited for a connection, or its caller gave up
+// before it was written) is on none of them: only the node's own silence
+// makes it look hung.
+//
+// kept says that one of them has been found waiting by hangKeptListens
+// calls in a row, with nothing read in between: the node kept it waiting
+// for hangKeptListens-1 ticks at least. A subscription's question counts
+// at once: no caller's deadline cuts it short.
+func (s *connSet) listen() (heard, waiting, kept bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	heard, s.closedHeard = s.closedHeard, false
 	for c := range s.conns {
 		st := c.state.Load()
-		if reads := st >> 1; reads != c.heard {
+		reads := st >> 1
+		switch {
+		case st&connWaiting == 0:
+			c.waitTicks = 0
+		case reads != c.heard:
+			c.waitTicks = 1 // answered, then asked again
+		case c.waitTicks < hangKeptListens:
+			c.waitTicks++
+		}
+		if reads != c.heard {
 			c.heard, heard = reads, true
 		}
 		waiting = waiting || st&connWaiting != 0
+		kept = kept || c.waitTicks >= hangKeptListens
 	}
 	for c, seen := range s.subs {
 		if read := c.lastRead.Load(); read != seen {
@@ -175,11 +191,11 @@ func (s *connSet) listen() (heard, waiting bool) {
 			if dataWaiting(c.Conn) {
 				heard = true
 			} else {
-				waiting = true
+				waiting, kept = true, true
 			}
 		}
 	}
-	return heard, waiting
+	return heard, waiting, kept
 }
 
 // answeredUnread reports whether a connection that waits for a reply has
@@ -206,9 +222,12 @@ type nodeConn struct {
 	// holds the connection writes it (go-redis hands a connection to one at
 	// a time), so plain loads and stores keep it; the watch reads it.
 	state atomic.Uint32
-	heard uint32     // state's read count as listen last saw it; guarded by set.mu
-	watch *hangWatch // woken when the connection starts to wait; nil if none
-	once  sync.Once
+	heard uint32 // state's read count as listen last saw it; guarded by set.mu
+	// waitTicks counts the listens in a row that found the connection
+	// waiting with nothing read since the one before. Guarded by set.mu.
+	waitTicks uint8
+	watch     *hangWatch // woken when the connection starts to wait; nil if none
+	once      sync.Once
 }
 
 // connWaiting is the bit of nodeConn.state set by a write and cleared by
