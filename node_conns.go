@@ -41,13 +41,15 @@ type connSet struct {
 // its socket as before (syscall.Conn) when conn does.
 func (s *connSet) track(conn net.Conn, watch *hangWatch) net.Conn {
 	tc := &nodeConn{Conn: conn, set: s, watch: watch}
+	sc, isSys := conn.(syscall.Conn)
+	tc.sys = isSys
 	s.mu.Lock()
 	if s.conns == nil {
 		s.conns = make(map[*nodeConn]struct{})
 	}
 	s.conns[tc] = struct{}{}
 	s.mu.Unlock()
-	if sc, ok := conn.(syscall.Conn); ok {
+	if isSys {
 		return &nodeSysConn{nodeConn: tc, sys: sc}
 	}
 	return tc
@@ -113,14 +115,23 @@ func (s *connSet) len() int {
 	return len(s.conns)
 }
 
-// dropIdle closes the connections that wait for no reply: go-redis's pool
-// finds them closed and dials afresh, and a command in flight keeps its
-// connection until it is answered.
+// dropIdle retires the connections that wait for no reply, so that the
+// commands after them dial afresh; a command in flight keeps its
+// connection until it is answered. A connection with a socket is not
+// closed here, where a command may have just taken it from the pool and be
+// about to write: it is marked, and go-redis's pool, which looks into the
+// socket of every connection it hands out (nodeSysConn.SyscallConn),
+// discards it the next time instead. One without a socket is closed.
 func (s *connSet) dropIdle() {
 	s.mu.Lock()
 	var idle []*nodeConn
 	for c := range s.conns {
-		if c.state.Load()&connWaiting == 0 {
+		if c.state.Load()&connWaiting != 0 {
+			continue
+		}
+		if c.sys {
+			c.dropped.Store(true)
+		} else {
 			idle = append(idle, c)
 		}
 	}
@@ -228,6 +239,10 @@ type nodeConn struct {
 	waitTicks uint8
 	watch     *hangWatch // woken when the connection starts to wait; nil if none
 	once      sync.Once
+	// sys: the connection is a nodeSysConn's; dropped: dropIdle retired
+	// it, and the pool is to discard it.
+	sys     bool
+	dropped atomic.Bool
 }
 
 // connWaiting is the bit of nodeConn.state set by a write and cleared by
@@ -283,7 +298,16 @@ type nodeSysConn struct {
 	sys syscall.Conn
 }
 
-func (c *nodeSysConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }
+// SyscallConn fails once dropIdle has retired the connection, which the
+// pool takes for a connection that must not be used.
+func (c *nodeSysConn) SyscallConn() (syscall.RawConn, error) {
+	if c.dropped.Load() {
+		return nil, errDroppedSocket
+	}
+	return c.sys.SyscallConn()
+}
+
+var errDroppedSocket = errors.New("redisguard: the connection was retired; the pool is to discard it")
 
 // refusedConn is what a pool dial the guard refused, or that failed,
 // returns to go-redis (see nodeGuard.DialHook): every read and write fails
