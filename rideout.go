@@ -83,10 +83,22 @@ func notServingError(reply error) error {
 // process sends a command again with send while its reply is one that
 // notServing accepts, err being the first; it returns the last answer, or
 // ErrNotServing once the caller's deadline or r.max leaves no time for
-// another round, or the deadline passes while it waits. A caller whose
-// context is cancelled while it waits gets its context's error.
+// another round, or the deadline passes while it waits or while the
+// command, sent again, has not been answered (then the error is also the
+// context's). A caller whose context is cancelled while it waits gets its
+// context's error.
 func (r *rideOut) process(ctx context.Context, err error, send func(context.Context) error) error {
 	if !notServing(err) {
+		return err
+	}
+	again := func(refusal error) error {
+		err := send(ctx)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && !errors.Is(err, ErrOutcomeUnknown) && !isRedisReply(err) {
+			// Not answered before the deadline, and it cannot have run
+			// (ErrOutcomeUnknown says when it may have): the refusal is
+			// the server's last word.
+			return fmt.Errorf("%w: %w", notServingError(refusal), err)
+		}
 		return err
 	}
 	until := r.now().Add(r.max)
@@ -109,7 +121,7 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 				return waitEnded(ctx, err)
 			}
 			if rd.Val() { // served
-				err = send(ctx)
+				err = again(err)
 			}
 			continue
 		}
@@ -122,7 +134,7 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 			r.rounds.End(kind, rd, false)
 			return waitEnded(ctx, err)
 		}
-		err = send(ctx)
+		err = again(err)
 		r.rounds.End(kind, rd, !notServing(err))
 	}
 	return err

@@ -217,3 +217,33 @@ func TestRideOutDeadlineDuringTheWaitIsTyped(t *testing.T) {
 	require.NotErrorIs(t, err, ErrNotServing)
 	assert.Zero(t, sent, "a command was sent after its caller's context ended")
 }
+
+// A command sent again whose caller's deadline passes before it is
+// answered ends in ErrNotServing with the refusal, and says it was the
+// deadline; one that may have run keeps ErrOutcomeUnknown.
+func TestRideOutDeadlineDuringTheResendIsTyped(t *testing.T) {
+	r, clk := fakeRideOut(15 * time.Second)
+	done := make(chan struct{})
+	close(done)
+	passed := passedCtx{Context: context.Background(), deadline: clk.Now().Add(time.Minute), done: done}
+	r.after = func(time.Duration) <-chan time.Time { // the round's wait passes; the context is not looked at first
+		ch := make(chan time.Time, 1)
+		ch <- clk.Now()
+		return ch
+	}
+	err := r.process(passedAfterWait{passed}, clusterDown, func(context.Context) error { return context.DeadlineExceeded })
+	require.ErrorIs(t, err, ErrNotServing)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	unknown := &NodeError{Addr: "a:1", Err: ErrOutcomeUnknown}
+	err = r.process(passedAfterWait{passed}, clusterDown, func(context.Context) error { return unknown })
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrNotServing)
+}
+
+// passedAfterWait is passedCtx whose Done never fires, so that the ride-out
+// waits its round and sends, and whose Err says the deadline has passed, as
+// it has by the time the resend returns.
+type passedAfterWait struct{ passedCtx }
+
+func (passedAfterWait) Done() <-chan struct{} { return nil }
