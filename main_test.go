@@ -14,6 +14,14 @@ import (
 // notices Close only between those sleeps. Tests that kill servers leave one
 // behind for up to a second after Close; it is go-redis's, bounded, and
 // stops by itself.
+//
+// So are the standard library's DNS lookups: a dial of a name (the URL and
+// fuzz tests' "h") whose context ends leaves net.Resolver's lookup running
+// until the resolver's own timeout, where DNS answers slowly.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+		goleak.IgnoreAnyFunction("net.(*Resolver).tryOneName"),
+		goleak.IgnoreAnyFunction("net.(*Resolver).lookupIPAddr.func1"),
+		goleak.IgnoreAnyFunction("net.(*Resolver).lookupIPAddr.func2"))
 }
