@@ -291,7 +291,9 @@ func unblockDenials(t *testing.T, s *redistest.Server) int64 {
 // is read with its own timeout plus ReadTimeout rather than ReadTimeout
 // alone, succeeds, and costs its node's breaker nothing.
 func TestBlockingWaitIsNotScoredAsFailure(t *testing.T) {
-	sideBySide(t)
+	if testing.Short() {
+		t.Skip("real servers")
+	}
 	srv := redistest.StartServer(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	for _, tc := range []struct {

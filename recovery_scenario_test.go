@@ -302,7 +302,9 @@ func TestScenarioSentinelPromotionRecovers(t *testing.T) {
 // Sentinel: the master and the sentinel the clients listen to (the only one
 // they are configured with) die together, so no +switch-master reaches them.
 func TestScenarioSentinelListenedSentinelDies(t *testing.T) {
-	sideBySide(t)
+	if testing.Short() {
+		t.Skip("scenario")
+	}
 	g := redistest.StartSentinel(t)
 	listened := g.Sentinels[0]
 	stock := redis.NewFailoverClient(&redis.FailoverOptions{
