@@ -127,6 +127,32 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 	assert.Empty(t, events.find(EventBreakerOpened, func(Event) bool { return true }), "a breaker opened on replies")
 }
 
+// refusalBesideAnother starts a cluster of three masters and a client that
+// knows its slot map, then makes refusing, slot 0's master, answer
+// CLUSTERDOWN for counter, a key of slot 0. other is another master, with
+// otherKey on it, for the caller to break.
+func refusalBesideAnother(t *testing.T, ctx context.Context) (c *Client, refusing, other *redistest.Server, otherKey, counter string) {
+	t.Helper()
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
+	refusing = cl.MasterForSlot(t, 0)
+	for _, m := range cl.Masters {
+		if m != refusing {
+			other = m
+		}
+	}
+	c = newTestClient(t, Config{Addrs: cl.Addrs(), ClusterNodeTimeout: 5 * time.Second})
+	otherKey, counter = cl.KeyOn(t, other, "beside:other:"), cl.KeyOn(t, refusing, "beside:n:")
+	require.NoError(t, c.Set(ctx, otherKey, "v", 0).Err(), "the client learns the slot map")
+	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "delslots", 0).Err())
+	redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
+		if err := refusing.Admin().Get(ctx, counter).Err(); !redis.IsClusterDownError(err) {
+			return fmt.Errorf("a GET answered %v", err)
+		}
+		return nil
+	})
+	return c, refusing, other, otherKey, counter
+}
+
 // In a cluster pipeline whose first failure is a node's (a master that is
 // down), a command another master refuses with CLUSTERDOWN is ridden out
 // all the same: it is answered once the master serves again, run once, and
@@ -136,25 +162,8 @@ func TestClusterBatchRidesOutRefusalsBesideAFailedNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scenario")
 	}
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
 	ctx := testCtx(t, time.Minute)
-	refusing := cl.MasterForSlot(t, 0)
-	var dead *redistest.Server
-	for _, m := range cl.Masters {
-		if m != refusing {
-			dead = m
-		}
-	}
-	c := newTestClient(t, Config{Addrs: cl.Addrs(), ClusterNodeTimeout: 5 * time.Second})
-	deadKey, counter := cl.KeyOn(t, dead, "beside:dead:"), cl.KeyOn(t, refusing, "beside:n:")
-	require.NoError(t, c.Set(ctx, deadKey, "v", 0).Err(), "the client learns the slot map")
-	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "delslots", 0).Err())
-	redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
-		if err := refusing.Admin().Get(ctx, counter).Err(); !redis.IsClusterDownError(err) {
-			return fmt.Errorf("a GET answered %v", err)
-		}
-		return nil
-	})
+	c, refusing, dead, deadKey, counter := refusalBesideAnother(t, ctx)
 	dead.Kill(t)
 
 	pipeline := func(d time.Duration) (deadErr, incrErr error) {
@@ -194,25 +203,8 @@ func TestClusterBatchTypesRefusalsBesideAHungNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scenario")
 	}
-	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
 	ctx := testCtx(t, time.Minute)
-	refusing := cl.MasterForSlot(t, 0)
-	var hung *redistest.Server
-	for _, m := range cl.Masters {
-		if m != refusing {
-			hung = m
-		}
-	}
-	c := newTestClient(t, Config{Addrs: cl.Addrs(), ClusterNodeTimeout: 5 * time.Second})
-	hungKey, counter := cl.KeyOn(t, hung, "beside:hung:"), cl.KeyOn(t, refusing, "beside:n:")
-	require.NoError(t, c.Set(ctx, hungKey, "v", 0).Err(), "the client learns the slot map")
-	require.NoError(t, refusing.Admin().Do(ctx, "cluster", "delslots", 0).Err())
-	redistest.WaitFor(t, 10*time.Second, "the master to refuse", func() error {
-		if err := refusing.Admin().Get(ctx, counter).Err(); !redis.IsClusterDownError(err) {
-			return fmt.Errorf("a GET answered %v", err)
-		}
-		return nil
-	})
+	c, refusing, hung, hungKey, counter := refusalBesideAnother(t, ctx)
 	hung.Pause(t)
 
 	call, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
