@@ -142,9 +142,7 @@ func setDownAfter(t *testing.T, g *redistest.Sentinel, d time.Duration) {
 // ROLE, tells reads from its own table rather than COMMAND, and says once
 // what it cannot know.
 func TestLeastPrivilegeUserInSentinelMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real servers")
-	}
+	alone(t)
 	g := redistest.StartSentinel(t)
 	setUser(t, "app", appRules, g.Master, g.Replica)
 	master, replica := g.Master, g.Replica

@@ -291,9 +291,7 @@ func unblockDenials(t *testing.T, s *redistest.Server) int64 {
 // is read with its own timeout plus ReadTimeout rather than ReadTimeout
 // alone, succeeds, and costs its node's breaker nothing.
 func TestBlockingWaitIsNotScoredAsFailure(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real servers")
-	}
+	alone(t)
 	srv := redistest.StartServer(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	for _, tc := range []struct {

@@ -175,6 +175,7 @@ func TestAutoPipelineDoesNotRepeatUnsafeCommands(t *testing.T) {
 // A blocking command sent through an autopipeliner runs on a connection of
 // its own: the batches of the other callers go on while it waits.
 func TestAutoPipelineBlockingCommandDoesNotStallBatches(t *testing.T) {
+	alone(t)
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		checkBlockingBesideBatches(t, newTestClient(t, Config{Addrs: []string{srv.Addr}}))

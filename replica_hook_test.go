@@ -126,7 +126,7 @@ func TestMasterPreferredMovesOnlyReads(t *testing.T) {
 // breaker opens, its reads go to the master meanwhile, its probes find it
 // when it answers again, and reads return to it.
 func TestHungReplicaFailsOverToMasterAndRecovers(t *testing.T) {
-	sideBySide(t)
+	alone(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 15 * time.Second})
 	master, replica := cl.Masters[0], cl.Replicas[0]
 	key := cl.KeyOn(t, master, "rp")

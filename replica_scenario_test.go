@@ -222,9 +222,7 @@ func checkMasterPreferred(t *testing.T, s replicaSetup) {
 
 // A cluster master hangs for less than cluster-node-timeout (5s).
 func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario")
-	}
+	alone(t)
 	cl, keys := startReplicaCluster(t)
 	checkMasterPreferred(t, replicaSetup{
 		what:   fmt.Sprintf("cluster, 3 masters + 3 replicas, cluster-node-timeout %s", replicaNodeTimeout),

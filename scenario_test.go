@@ -44,6 +44,16 @@ func sideBySide(t *testing.T) {
 	}
 }
 
+// alone starts a real-server test that compares recovery timings or
+// blocking budgets: skipped under -short, and never run beside others,
+// whose load on two cores moves the timings it compares.
+func alone(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real servers")
+	}
+}
+
 // pick returns full in full mode, short otherwise.
 func pick[T any](full, short T) T {
 	if scenarioFull() {
