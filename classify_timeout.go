@@ -41,11 +41,26 @@ const maxWait = 100 * 365 * 24 * time.Hour
 // timeout that cannot be read wait 0: Redis answers those at once, with an
 // error if the timeout is malformed.
 func blockingWait(args []interface{}) (wait time.Duration, forever bool) {
-	if len(args) == 0 {
+	pos, unit := waitArg(args)
+	if pos < 0 {
 		return 0, false
 	}
-	var timeout interface{}
-	unit := time.Millisecond
+	n, ok := argNumber(args[pos])
+	switch {
+	case !ok || n < 0 || n != n: // unreadable, negative or NaN: refused at once
+		return 0, false
+	case n == 0 || n*float64(unit) > float64(maxWait):
+		return 0, true
+	}
+	return time.Duration(n * float64(unit)), false
+}
+
+// waitArg returns the position of the blocking command args's own timeout
+// and its unit; -1 for a command without one.
+func waitArg(args []interface{}) (pos int, unit time.Duration) {
+	if len(args) == 0 {
+		return -1, 0
+	}
 	switch argCommandKind(args[0]) {
 	case kindBlocking:
 		for _, bt := range blockingTimeouts {
@@ -57,28 +72,41 @@ func blockingWait(args []interface{}) (wait time.Duration, forever bool) {
 				pos = len(args) - 1
 			}
 			if pos < 1 || pos >= len(args) {
-				return 0, false
+				return -1, 0
 			}
-			timeout, unit = args[pos], bt.unit
-			break
+			return pos, bt.unit
 		}
 	case kindStreamRead:
 		if i := blockOption(args, 1, streamReadOptions); i >= 0 && i+1 < len(args) {
-			timeout = args[i+1]
+			return i + 1, time.Millisecond
 		}
 	case kindTSRead:
 		if i := blockOption(args, 3, tsReadOptions); i >= 0 && i+1 < len(args) {
-			timeout = args[i+1]
+			return i + 1, time.Millisecond
 		}
 	}
-	n, ok := argNumber(timeout)
-	switch {
-	case !ok || n < 0 || n != n: // unreadable, negative or NaN: refused at once
-		return 0, false
-	case n == 0 || n*float64(unit) > float64(maxWait):
-		return 0, true
+	return -1, 0
+}
+
+// shortenWait lowers the own timeout of the blocking command args, about to
+// be sent again after it waited for elapsed, by elapsed: in all it waits no
+// longer than it asked to. Never to 0, which would wait forever. A command
+// that waits forever, or whose timeout cannot be read, is left as it is.
+func shortenWait(args []interface{}, elapsed time.Duration) {
+	pos, unit := waitArg(args)
+	if pos < 0 {
+		return
 	}
-	return time.Duration(n * float64(unit)), false
+	n, ok := argNumber(args[pos])
+	if !ok || n <= 0 || n != n || n*float64(unit) > float64(maxWait) {
+		return
+	}
+	left := max(time.Duration(n*float64(unit))-elapsed, time.Millisecond)
+	if unit == time.Second {
+		args[pos] = strconv.FormatFloat(left.Seconds(), 'f', 3, 64)
+		return
+	}
+	args[pos] = strconv.FormatInt(left.Milliseconds(), 10)
 }
 
 // batchWait is how long the server may hold a batch's replies back by the

@@ -70,3 +70,27 @@ func TestBatchWait(t *testing.T) {
 		assert.Equal(t, tc.forever, forever, tc.name)
 	}
 }
+
+// A blocking command sent again after a wait asks for what is left of its
+// own timeout, in its own unit, and never for 0, which waits forever.
+func TestShortenWait(t *testing.T) {
+	for _, tc := range []struct {
+		args    []interface{}
+		elapsed time.Duration
+		want    []interface{}
+	}{
+		{[]interface{}{"blpop", "q", int64(8)}, 3 * time.Second, []interface{}{"blpop", "q", "5.000"}},
+		{[]interface{}{"blpop", "q", "0.5"}, 200 * time.Millisecond, []interface{}{"blpop", "q", "0.300"}},
+		{[]interface{}{"blpop", "q", int64(1)}, 2 * time.Second, []interface{}{"blpop", "q", "0.001"}},
+		{[]interface{}{"blpop", "q", 0}, time.Second, []interface{}{"blpop", "q", 0}},
+		{[]interface{}{"blmpop", int64(2), 1, "a", "left"}, time.Second, []interface{}{"blmpop", "1.000", 1, "a", "left"}},
+		{[]interface{}{"xread", "block", int64(300), "streams", "s", "$"}, 100 * time.Millisecond, []interface{}{"xread", "block", "200", "streams", "s", "$"}},
+		{[]interface{}{"wait", 1, 250}, time.Second, []interface{}{"wait", 1, "1"}},
+		{[]interface{}{"blpop", "q", "soon"}, time.Second, []interface{}{"blpop", "q", "soon"}},
+		{[]interface{}{"get", "k"}, time.Second, []interface{}{"get", "k"}},
+	} {
+		args := append([]interface{}(nil), tc.args...)
+		shortenWait(args, tc.elapsed)
+		assert.Equal(t, tc.want, args, "%v after %v", tc.args, tc.elapsed)
+	}
+}
