@@ -73,13 +73,15 @@ type admission struct {
 	// open: a cancelled call there is cut off at once (see interrupt).
 	nodeDown func(addr string) bool
 
-	mu     sync.Mutex
-	closed bool                    // guarded by mu
-	long   redis.UniversalClient   // guarded by mu; nil until the first long call
-	idle   map[string][]*dedicated // guarded by mu; dedicated connections not in use, by node address
-	shells map[string][]*shell     // guarded by mu; shells free for a new dedicated connection, by node address
-	live   map[*dedicated]struct{} // guarded by mu; every open dedicated connection, idle or in use
-	loops  sync.WaitGroup          // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
+	mu       sync.Mutex
+	closed   bool                     // guarded by mu
+	long     redis.UniversalClient    // guarded by mu; nil until the first long call
+	idle     map[string][]*dedicated  // guarded by mu; dedicated connections not in use, by node address
+	shells   map[string][]*shell      // guarded by mu; shells free for a new dedicated connection, by node address
+	live     map[*dedicated]struct{}  // guarded by mu; every open dedicated connection, idle or in use
+	moves    map[string]nodeMove      // guarded by mu; the latest move each node announced, by node address (dedicated_moving.go)
+	controls map[string]*redis.Client // guarded by mu; CLIENT UNBLOCK's clients by endpoint, once a node moved (controlFor)
+	loops    sync.WaitGroup           // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
 
 func newAdmission(k *core, newLong func() (redis.UniversalClient, func(string) nodeGuard)) *admission {
@@ -183,9 +185,12 @@ func (a *admission) close() error {
 	}
 	a.closed = true
 	close(a.closing)
-	idle, live, shells, long := a.idle, a.live, a.shells, a.long
-	a.idle, a.live, a.shells = nil, nil, nil
+	idle, live, shells, long, controls := a.idle, a.live, a.shells, a.long, a.controls
+	a.idle, a.live, a.shells, a.controls = nil, nil, nil, nil
 	a.mu.Unlock()
+	for _, c := range controls {
+		_ = c.Close() // fails the CLIENT UNBLOCKs in flight at once
+	}
 	for d := range live {
 		d.sever()
 	}

@@ -70,6 +70,18 @@ type clientHooks struct {
 	sentinel *sentinelMaster    // Sentinel mode
 	replicas *replicas          // ordinary client, with Config.ReadFrom: replica reads
 	pending  *pendingMode       // Standalone, when ModeAuto waits for the server's answer
+	// moving hears the MOVING announcements of the node at key (admission's
+	// key: "" outside Cluster mode), each with the go-redis connection it
+	// came on (moving.go).
+	moving func(key string, conn any, m movingNotice)
+}
+
+// movedAt is h.moving for the node at key; nil without one.
+func (h *clientHooks) movedAt(key string) func(conn any, m movingNotice) {
+	if h.moving == nil {
+		return nil
+	}
+	return func(conn any, m movingNotice) { h.moving(key, conn, m) }
 }
 
 // hookable is what every go-redis client newGoRedis builds can do; the
@@ -297,7 +309,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
 			cl.AddHook(g)
-			watchMaintenance(cl, g.n, s.k.clock)
+			watchMaintenance(cl, g.n, s.k.clock, h.movedAt(opt.Addr))
 			reloadOnMigrated(cl, h.topo)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
@@ -350,7 +362,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		if s.scoring != nil {
 			mn = s.scoring.get(mn.addr)
 		}
-		watchMaintenance(cl, mn, s.k.clock)
+		watchMaintenance(cl, mn, s.k.clock, h.movedAt(""))
 		return cl
 	}
 }

@@ -25,10 +25,15 @@ type dedicated struct {
 	conn    *redis.Conn   // holds that connection for the dedicated's whole life
 	id      int64         // the connection's client id; 0 if the server gives none (Redis numbers clients from 1)
 	key     string        // node address: the idle list it returns to
+	dialled string        // the endpoint it dials when its node has moved (dedicated_moving.go); "" for the node's own
+	opened  time.Time     // by the client's clock
 
-	mu      sync.Mutex
-	sock    *socket // guarded by mu: the socket under conn, once dialled
-	severed bool    // guarded by mu
+	mu        sync.Mutex
+	sock      *socket                 // guarded by mu: the socket under conn, once dialled
+	severed   bool                    // guarded by mu
+	move      context.CancelCauseFunc // guarded by mu: moves the call in progress; nil between calls
+	moveAt    time.Time               // guarded by mu: when the call on d is to move; zero if never
+	moveTimer *time.Timer             // guarded by mu: moves the call in progress at moveAt
 }
 
 // shell is the go-redis client under a dedicated connection, with one
@@ -52,12 +57,26 @@ type shell struct {
 // resendable and mayHaveRun), as the node guard's reset retry decides.
 func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, cmds []redis.Cmder,
 	do func(context.Context, *redis.Conn) error) error {
+	moves := 0
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		d, reused, err := a.take(ctx, node, key)
 		if err != nil {
 			return err
 		}
-		cancelled, err := a.run(ctx, d, cmds, do)
+		cancelled, moved, err := a.run(ctx, d, cmds, do)
+		if moved {
+			// Moved, not cancelled: the caller still waits (see
+			// dedicated_moving.go).
+			a.discard(d)
+			again, result := movedCall(cmds[0], err, moves)
+			if !again {
+				return result
+			}
+			moves++
+			shortenWait(cmds[0].Args(), time.Since(start))
+			continue
+		}
 		if cancelled {
 			// CLIENT UNBLOCK was sent for this call, or its socket was
 			// closed (see run). -UNBLOCKED does not prove the connection
@@ -95,14 +114,21 @@ func (a *admission) take(ctx context.Context, node *redis.Client, key string) (d
 		a.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	if list := a.idle[key]; len(list) > 0 {
+	var stale []*dedicated
+	for list := a.idle[key]; len(list) > 0; list = a.idle[key] {
 		d := list[len(list)-1]
 		list[len(list)-1] = nil
 		a.idle[key] = list[:len(list)-1]
+		if a.staleLocked(d) {
+			stale = append(stale, d)
+			continue
+		}
 		a.mu.Unlock()
+		a.discardAll(stale)
 		return d, true, nil
 	}
 	a.mu.Unlock()
+	a.discardAll(stale)
 	d, err = a.open(ctx, node, key)
 	return d, false, err
 }
@@ -130,13 +156,19 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 		a.shells[key] = free[:len(free)-1]
 	}
 	a.live[d] = struct{}{}
+	d.dialled, d.opened = a.endpointLocked(key), a.k.clock.Now()
+	due, moves := a.dueLocked(d)
 	a.mu.Unlock()
+	if moves {
+		d.moveBy(due) // its node moves again, to the same endpoint, later
+	}
 	if d.sh == nil {
 		sh := &shell{gen: a.gen.Load()}
 		sh.client = newGoRedis(clientSpec{
 			kind: clientDedicated, base: node.Options(), hooks: a.hooks,
 			guard: a.guard(node.Options().Addr), socket: socketHook{sh: sh, timeout: a.k.cfg.ReadTimeout},
 		}).(*redis.Client)
+		a.hearMoving(sh)
 		d.sh = sh
 	}
 	d.sh.owner.Store(d)
@@ -206,7 +238,7 @@ func (a *admission) discard(d *dedicated) {
 func (a *admission) put(d *dedicated, reuse bool) {
 	if reuse {
 		a.mu.Lock()
-		if !a.closed && d.sh.gen == a.gen.Load() {
+		if !a.closed && d.sh.gen == a.gen.Load() && !a.staleLocked(d) {
 			a.idle[d.key] = append(a.idle[d.key], d)
 			a.mu.Unlock()
 			return
@@ -231,18 +263,29 @@ func (a *admission) put(d *dedicated, reuse bool) {
 // usual. Where UNBLOCK cannot end the call promptly, interrupt closes the
 // connection instead. cancelled reports whether either happened; the
 // caller maps the result and discards the connection.
-func (a *admission) run(ctx context.Context, d *dedicated, cmds []redis.Cmder, do func(context.Context, *redis.Conn) error) (cancelled bool, err error) {
+//
+// A single-command call is ended the same way when its node announces a
+// move (dedicated_moving.go); moved reports that, with ctx still running.
+func (a *admission) run(ctx context.Context, d *dedicated, cmds []redis.Cmder, do func(context.Context, *redis.Conn) error) (cancelled, moved bool, err error) {
 	runCtx := withCaller(context.WithoutCancel(ctx), ctx)
 	deadline, ok := a.readDeadline(cmds)
 	if mine, has := ctx.Deadline(); has && (!ok || mine.Add(unblockGrace).Before(deadline)) {
 		deadline = mine.Add(unblockGrace) // a backstop: interrupt ends the call sooner
 	}
 	d.readsBy(deadline)
-	if ctx.Done() == nil {
-		return false, do(runCtx, d.conn)
+	callCtx := ctx
+	if len(cmds) == 1 {
+		var move context.CancelCauseFunc
+		callCtx, move = context.WithCancelCause(ctx)
+		defer move(nil)
+		d.following(move)
+		defer d.following(nil)
+	}
+	if callCtx.Done() == nil {
+		return false, false, do(runCtx, d.conn)
 	}
 	finished := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
+	stop := context.AfterFunc(callCtx, func() {
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
@@ -256,9 +299,12 @@ func (a *admission) run(ctx context.Context, d *dedicated, cmds []redis.Cmder, d
 	err = do(runCtx, d.conn)
 	close(finished)
 	if stop() {
-		return false, err
+		return false, false, err
 	}
-	return true, err
+	if ctx.Err() == nil && errors.Is(context.Cause(callCtx), errMoved) {
+		return false, true, err
+	}
+	return true, false, err
 }
 
 // readDeadline is when the replies of cmds, sent now, are overdue: their
@@ -331,17 +377,18 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 		// closed before it can serve the call.
 		grace = downUnblockGrace
 	}
+	control := a.controlFor(d)
 	giveUp := time.Now().Add(grace)
 	wait := time.Millisecond
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
 		cmd := ownCmd{redis.NewCmd(ctx, "client", "unblock", d.id, "error")}
-		_ = d.control.Process(ctx, cmd)
+		_ = control.Process(ctx, cmd)
 		n, err := cmd.Int64()
 		cancel()
 		switch {
 		case isRedisReply(err):
-			a.unblock.refuse(a.k, unblockQuestion, d.control.Options().Addr, err)
+			a.unblock.refuse(a.k, unblockQuestion, control.Options().Addr, err)
 			d.sever()
 			return
 		case err != nil && isConnReset(err) && !errors.Is(err, ErrClosed) && time.Now().Before(giveUp):

@@ -21,6 +21,9 @@ type socketHook struct {
 
 func (h socketHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if to := h.sh.owner.Load().dialled; to != "" {
+			addr = to // its node has moved (dedicated_moving.go)
+		}
 		conn, err := next(ctx, network, addr)
 		if err != nil {
 			return nil, err

@@ -100,24 +100,27 @@ func (m *maintenance) overlaps(start, now time.Time) bool {
 }
 
 // maintHook tells a node's maintenance what go-redis's maintenance
-// notifications manager of one node client has processed. It changes no
-// notification.
+// notifications manager of one node client has processed, and moved the
+// MOVING announcements, with the go-redis connection each came on. It
+// changes no notification.
 type maintHook struct {
 	n     *node
 	clock clock.Clock
 	bound time.Duration // the relaxed timeout go-redis applies
+	moved func(conn any, m movingNotice)
 }
 
 // watchMaintenance registers n's maintHook with the maintenance
 // notifications manager of cl, a client of n alone; a client without one
-// (notifications off) is left as it is.
-func watchMaintenance(cl *redis.Client, n *node, clk clock.Clock) {
+// (notifications off) is left as it is. moved, if set, hears the node's
+// MOVING announcements.
+func watchMaintenance(cl *redis.Client, n *node, clk clock.Clock, moved func(conn any, m movingNotice)) {
 	m := cl.GetMaintNotificationsManager()
 	if m == nil {
 		return
 	}
 	bound := cl.Options().MaintNotificationsConfig.RelaxedTimeout
-	m.AddNotificationHook(maintHook{n: n, clock: clk, bound: bound})
+	m.AddNotificationHook(maintHook{n: n, clock: clk, bound: bound, moved: moved})
 }
 
 func (h maintHook) PreHook(_ context.Context, _ push.NotificationHandlerContext, _ string, notification []interface{}) ([]interface{}, bool) {
@@ -126,11 +129,15 @@ func (h maintHook) PreHook(_ context.Context, _ push.NotificationHandlerContext,
 
 // PostHook opens or closes n's window for the connection the notification
 // came on, once go-redis has applied it to the connection's timeouts.
-func (h maintHook) PostHook(_ context.Context, nc push.NotificationHandlerContext, kind string, _ []interface{}, result error) {
+func (h maintHook) PostHook(_ context.Context, nc push.NotificationHandlerContext, kind string, notification []interface{}, result error) {
 	if result != nil || nc.Conn == nil {
 		return
 	}
 	switch kind {
+	case maintnotifications.NotificationMoving:
+		if m, ok := parseMoving(notification); ok && h.moved != nil {
+			h.moved(nc.Conn, m)
+		}
 	case maintnotifications.NotificationMigrating, maintnotifications.NotificationFailingOver, maintnotifications.NotificationSMigrating:
 		h.n.maint.begin(nc.Conn, h.clock.Now(), h.bound)
 	case maintnotifications.NotificationMigrated, maintnotifications.NotificationFailedOver, maintnotifications.NotificationSMigrated:
