@@ -142,7 +142,10 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		user: &userHooks{}, ext: &extensions{k: c.core},
 		facade: facadeHook{c}, budget: budget, div: divergenceHook{c.div},
 		topo: c.topo, sentinel: c.sentinel, pending: c.pending,
-		moving: func(key string, _ any, m movingNotice) { c.adm.moving(key, m) },
+		moving: func(key string, conn any, m movingNotice) {
+			c.adm.moving(key, m)
+			c.subs.handedOff(conn, m)
+		},
 	}
 	if resolved.ReadFrom != ReadFromMaster {
 		c.replicas = newReplicas(c.core, c.nodes, c.topo)

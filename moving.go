@@ -1,6 +1,7 @@
 package redisguard
 
 import (
+	"net"
 	"strings"
 	"time"
 
@@ -97,4 +98,26 @@ func (mv nodeMove) endpoint(now time.Time) string {
 		return ""
 	}
 	return mv.to
+}
+
+// handedOff is told that conn, a go-redis connection, read m. A
+// subscription's PubSub then closes it and subscribes again at the endpoint
+// named, but only when it next reads (a message, or its health check's
+// PONG, every 3s); it is closed here at once, so that the PubSub does it
+// now. A move to the same endpoint is go-redis's to time: it re-dials
+// after half the announced time. Either way the move is told when it
+// arrives, as a broken connection's is.
+func (s *subscriptions) handedOff(conn any, m movingNotice) {
+	pc, ok := conn.(interface{ GetNetConn() net.Conn })
+	if !ok {
+		return
+	}
+	c, ok := pc.GetNetConn().(*subscriptionConn)
+	if !ok {
+		return
+	}
+	c.handoff.Store(true)
+	if m.to != "" {
+		c.breakOff()
+	}
 }

@@ -57,6 +57,86 @@ func blocked(t *testing.T, s *redistest.Server) int {
 	return n
 }
 
+// A server announces that its endpoint moves to a second server (MOVING,
+// injected by the proxy in front of it on every connection) while a BLPOP
+// waits on it and a subscription listens to it. The BLPOP is ended on the
+// old server without popping anything and waits on the new one, where a
+// push answers it once; the subscription subscribes again on the new
+// server and is told as a move. A BLPOP sent after the announcement goes
+// to the new server.
+func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
+	sideBySide(t)
+	s := newMovingSetup(t)
+	next := redistest.StartServer(t)
+	nextAdmin := next.Admin()
+	ctx := testCtx(t, 30*time.Second)
+
+	sub := s.c.Subscribe(ctx, "moving:ch")
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	msgs := sub.Channel()
+
+	type popped struct {
+		v   []string
+		err error
+		at  time.Time
+	}
+	got := make(chan popped, 1)
+	go func() {
+		v, err := s.c.BLPop(ctx, 8*time.Second, "moving:list").Result()
+		got <- popped{v, err, time.Now()}
+	}()
+	require.Eventually(t, func() bool { return blocked(t, s.old) == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the BLPOP never waited on the old server")
+
+	announced := time.Now()
+	reached := s.proxy.Push(movingFrame(1, 15, next.Addr))
+	t.Logf("MOVING reached %d connections", reached)
+
+	require.Eventually(t, func() bool { return blocked(t, next) == 1 && blocked(t, s.old) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the BLPOP did not move to the new server")
+	t.Logf("the BLPOP waits on the new server %v after the announcement", time.Since(announced).Round(time.Millisecond))
+
+	// Anything the old BLPOP could still take stays where it is.
+	require.NoError(t, s.admin.RPush(ctx, "moving:list", "old").Err())
+	require.NoError(t, nextAdmin.RPush(ctx, "moving:list", "v1", "v2").Err())
+	select {
+	case p := <-got:
+		require.NoError(t, p.err, "the moved BLPOP failed")
+		assert.Equal(t, []string{"moving:list", "v1"}, p.v)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the moved BLPOP did not return")
+	}
+	assert.Equal(t, int64(1), nextAdmin.LLen(ctx, "moving:list").Val(), "the BLPOP popped more than once at the new server")
+	assert.Equal(t, int64(1), s.admin.LLen(ctx, "moving:list").Val(), "something popped at the old server after the move")
+
+	// The subscription is live again at the new server, and gone from the old.
+	var moved time.Duration
+	// go-redis alone subscribes again at its health check, 3s later.
+	deadline := time.Now().Add(2 * time.Second)
+	for live := false; !live; {
+		require.True(t, time.Now().Before(deadline), "the subscription was not live at the new server within 2s")
+		require.NoError(t, nextAdmin.Publish(ctx, "moving:ch", "hello").Err())
+		select {
+		case m := <-msgs:
+			live = m.Payload == "hello"
+			moved = time.Since(announced)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Logf("the subscription was live at the new server %v after the announcement", moved.Round(time.Millisecond))
+	assert.Zero(t, s.admin.PubSubNumSub(ctx, "moving:ch").Val()["moving:ch"], "the old server still has the subscription")
+	evs := s.ev.find(EventSubscriptionMoved, func(e Event) bool { return e.To == next.Addr })
+	assert.Len(t, evs, 1, "the subscription's move was not told once")
+
+	// A BLPOP sent now waits on the new server.
+	require.NoError(t, nextAdmin.RPush(ctx, "moving:later", "x").Err())
+	v, err := s.c.BLPop(ctx, time.Second, "moving:later").Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"moving:later", "x"}, v)
+}
+
 // A server announces a move to the same endpoint (MOVING with a null
 // endpoint): connections re-dial it after half the announced time. A BLPOP
 // waiting on it then is ended and sent again on a new connection, and is

@@ -107,13 +107,14 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 	}
 	now := s.k.clock.Now()
 	s.pending = slices.DeleteFunc(s.pending, func(p pendingMove) bool { return now.Sub(p.broken) > pendingMoveTTL })
+	lost := c.broken.Load() || c.handoff.Load()
 	switch {
 	case arriving != nil:
 		// The move this connection was to complete goes on, from where it
 		// started.
 		arriving.broken = now
 		s.addPending(*arriving)
-	case c.broken.Load() && c.route == routeSlotOwner:
+	case lost && c.route == routeSlotOwner:
 		// One move per shard channel: after a reconnect the channels may be
 		// regrouped by node (splitConn).
 		lastRead := time.Unix(0, c.lastRead.Load())
@@ -121,7 +122,7 @@ func (s *subscriptions) untrack(c *subscriptionConn) {
 			s.addPending(pendingMove{key: shardKey(ch), names: shardKind + " " + ch, from: c.addr,
 				lastRead: lastRead, broken: now})
 		}
-	case c.broken.Load() && key != "":
+	case lost && key != "":
 		s.addPending(pendingMove{key: key, names: subs, from: c.addr,
 			lastRead: time.Unix(0, c.lastRead.Load()), broken: now})
 	}
@@ -245,6 +246,7 @@ type subscriptionConn struct {
 	closing  atomic.Bool  // Close has begun: the errors that follow are its own
 	broken   atomic.Bool  // it failed, or was closed to move it, while in use
 	moved    atomic.Bool  // moveFrom closed it
+	handoff  atomic.Bool  // it read MOVING: go-redis closes it and subscribes again at the endpoint named
 	lastRead atomic.Int64 // unix ns, by the client's clock, of the last data read
 	askedAt  atomic.Int64 // unix ns of the first write since the last read; 0 if none
 
