@@ -39,7 +39,7 @@ type clientSpec struct {
 	kind clientKind
 
 	// Ordinary and long clients.
-	k        *core
+	k        *core        // dedicated clients too
 	nodes    *nodeSet     // whose guards the client, or each node client, carries
 	poolSize int          // connections per node
 	hooks    *clientHooks // the Client's own hooks; dedicated clients too
@@ -173,7 +173,20 @@ func newGoRedis(s clientSpec) hookable {
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaxRetries = -1             // base was resolved once already: 0 would now mean three
 		opt.ReadTimeout = noReadTimeout // the socket caps every read instead
-		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		// go-redis stores each client's push processor in its options: a
+		// node's would hand this client's notifications to the node's.
+		opt.PushNotificationProcessor = s.k.cfg.PushNotificationProcessor
+		if m := opt.MaintNotificationsConfig; m != nil && opt.PushNotificationProcessor == nil {
+			// Notifications as the node's: a server sends MOVING only on
+			// connections that asked for notifications, and a blocking call
+			// must hear it (dedicated_moving.go).
+			m := *m
+			opt.MaintNotificationsConfig = &m
+		} else {
+			// The caller's processor has the node clients' manager already;
+			// a second one cannot register.
+			opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		}
 		cl := redis.NewClient(&opt)
 		cl.AddHook(s.hooks.user.layer(false))
 		cl.AddHook(s.guard)

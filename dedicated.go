@@ -165,7 +165,7 @@ func (a *admission) open(ctx context.Context, node *redis.Client, key string) (*
 	if d.sh == nil {
 		sh := &shell{gen: a.gen.Load()}
 		sh.client = newGoRedis(clientSpec{
-			kind: clientDedicated, base: node.Options(), hooks: a.hooks,
+			kind: clientDedicated, k: a.k, base: node.Options(), hooks: a.hooks,
 			guard: a.guard(node.Options().Addr), socket: socketHook{sh: sh, timeout: a.k.cfg.ReadTimeout},
 		}).(*redis.Client)
 		a.hearMoving(sh)

@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/redis/go-redis/v9/push"
 )
 
 // How a node's dedicated connections follow a MOVING announcement (see
 // moving.go). The announcement reaches admission twice over: on the
-// dedicated connections themselves, whose clients hand it to a
-// movingHandler even while a call waits for its reply, and on the node's
-// pooled connections, through maintHook. Either one moves the node:
+// dedicated connections themselves, whose clients ask for notifications as
+// the node's do and hand it to a movingHook even while a call waits for its
+// reply, and on the node's pooled connections, through maintHook. Either
+// one moves the node:
 //
 //   - A connection opened from then on dials the new endpoint (socketHook),
 //     and an idle one opened before is closed rather than reused.
@@ -36,29 +38,40 @@ var errMoved = errors.New("redisguard: the node announced a move")
 // announces yet another gets the call refused as unavailable.
 const maxMoves = 3
 
-// movingHandler hands the MOVING notifications a dedicated connection reads
-// to its admission. go-redis calls it on the goroutine reading the call's
-// reply, so it does not block.
-type movingHandler struct {
+// movingHook hands the MOVING notifications a dedicated connection reads
+// to its admission, from the maintenance notifications manager of the
+// connection's client. go-redis runs it on the goroutine reading the
+// call's reply, as soon as the notification arrives, so it does not block.
+// It changes no notification; go-redis hands over no connection of a
+// shell's (they are not pooled).
+type movingHook struct {
 	a  *admission
 	sh *shell
 }
 
-func (h movingHandler) HandlePushNotification(_ context.Context, _ push.NotificationHandlerContext, n []interface{}) error {
+func (movingHook) PreHook(_ context.Context, _ push.NotificationHandlerContext, _ string, n []interface{}) ([]interface{}, bool) {
+	return n, true
+}
+
+func (h movingHook) PostHook(_ context.Context, _ push.NotificationHandlerContext, kind string, n []interface{}, _ error) {
+	if kind != maintnotifications.NotificationMoving {
+		return
+	}
 	m, ok := parseMoving(n)
 	if !ok {
-		return nil // go-redis drops the frame; nothing to move
+		return
 	}
 	if d := h.sh.owner.Load(); d != nil {
 		h.a.moving(d.key, m)
 	}
-	return nil
 }
 
-// hearMoving has sh's client hand its MOVING notifications to a. Without
-// RESP3 there are none: the registration's error is then of no account.
+// hearMoving has sh's client hand its MOVING notifications to a. A client
+// without notifications (off, or RESP2) is never sent any.
 func (a *admission) hearMoving(sh *shell) {
-	_ = sh.client.RegisterPushNotificationHandler("MOVING", movingHandler{a: a, sh: sh}, false)
+	if m := sh.client.GetMaintNotificationsManager(); m != nil {
+		m.AddNotificationHook(movingHook{a: a, sh: sh})
+	}
 }
 
 // moving moves the dedicated connections of the node at key (see above) as
