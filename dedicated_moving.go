@@ -155,6 +155,14 @@ func (a *admission) controlFor(d *dedicated) *redis.Client {
 	if addr == "" {
 		addr = d.control.Options().Addr
 	}
+	if d.control.Options().TLSConfig == nil {
+		// The very server, even where the name leads elsewhere by now (a
+		// move to the same endpoint). With TLS the name stays: a
+		// certificate names the server, not its address.
+		if r := d.remote(); r != "" {
+			addr = r
+		}
+	}
 	if c := a.controls[addr]; c != nil {
 		return c
 	}
@@ -164,6 +172,17 @@ func (a *admission) controlFor(d *dedicated) *redis.Client {
 	}
 	a.controls[addr] = c
 	return c
+}
+
+// remote is the address d's socket is connected to; "" before its dial.
+func (d *dedicated) remote() string {
+	d.mu.Lock()
+	s := d.sock
+	d.mu.Unlock()
+	if s == nil {
+		return ""
+	}
+	return s.RemoteAddr().String()
 }
 
 // following arms d's call in progress to be moved with move, or, nil,
