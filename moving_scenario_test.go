@@ -36,8 +36,7 @@ type movingSetup struct {
 	ev    *eventLog
 }
 
-func newMovingSetup(t *testing.T) *movingSetup {
-	old := redistest.StartServer(t)
+func newMovingSetup(t *testing.T, old *redistest.Server, user, password string) *movingSetup {
 	p, err := faultproxy.New(old.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
@@ -46,6 +45,7 @@ func newMovingSetup(t *testing.T) *movingSetup {
 	p.Stub("client", "maint_notifications")
 	ev := &eventLog{}
 	c := newTestClient(t, Config{Addrs: []string{p.Addr()}, Mode: ModeStandalone, Protocol: 3, OnEvent: ev.onEvent,
+		Username: user, Password: password,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto, RelaxedTimeout: 5 * time.Second}})
 	return &movingSetup{old: old, proxy: p, c: c, admin: old.Admin(), ev: ev}
 }
@@ -66,7 +66,7 @@ func blocked(t *testing.T, s *redistest.Server) int {
 // to the new server.
 func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 	sideBySide(t)
-	s := newMovingSetup(t)
+	s := newMovingSetup(t, redistest.StartServer(t), "", "")
 	next := redistest.StartServer(t)
 	nextAdmin := next.Admin()
 	ctx := testCtx(t, 30*time.Second)
@@ -143,7 +143,7 @@ func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 // answered there once.
 func TestScenarioMovingToTheSameEndpointRedialsBlockingCall(t *testing.T) {
 	sideBySide(t)
-	s := newMovingSetup(t)
+	s := newMovingSetup(t, redistest.StartServer(t), "", "")
 	ctx := testCtx(t, 30*time.Second)
 
 	got := make(chan error, 1)
@@ -175,6 +175,56 @@ func TestScenarioMovingToTheSameEndpointRedialsBlockingCall(t *testing.T) {
 		t.Fatal("the BLPOP did not return")
 	}
 	assert.Equal(t, int64(1), s.admin.LLen(ctx, "moving:same").Val(), "the BLPOP popped more than once")
+}
+
+// A user denied CLIENT UNBLOCK waits in a blocking call on a server that
+// announces a move: nothing can prove the call unanswered, so it is cut off
+// and ends as any call whose connection broke (docs/repeat.md). A pop is
+// sent again, once, by the reset retry, and waits at the new server; a
+// rotation of a list onto itself (BLMOVE l l) may have run, is not sent
+// again, and ends with ErrOutcomeUnknown.
+func TestScenarioMovingWithoutUnblockFollowsTheRepeatRules(t *testing.T) {
+	sideBySide(t)
+	for _, tc := range []struct {
+		name   string
+		call   func(ctx context.Context, c *Client) error
+		resent bool
+	}{
+		{"pop", func(ctx context.Context, c *Client) error { return c.BLPop(ctx, 8*time.Second, "moving:cut").Err() }, true},
+		{"rotation", func(ctx context.Context, c *Client) error {
+			return c.BLMove(ctx, "moving:cut", "moving:cut", "LEFT", "RIGHT", 8*time.Second).Err()
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, next := redistest.StartServer(t), redistest.StartServer(t)
+			user, password := limitedUser(t, old, next)
+			s := newMovingSetup(t, old, user, password)
+			ctx := testCtx(t, 30*time.Second)
+
+			got := make(chan error, 1)
+			go func() { got <- tc.call(ctx, s.c) }()
+			require.Eventually(t, func() bool { return blocked(t, old) == 1 }, 5*time.Second, 10*time.Millisecond)
+			s.proxy.Push(movingFrame(1, 15, next.Addr))
+			if tc.resent {
+				require.Eventually(t, func() bool { return blocked(t, next) == 1 }, 5*time.Second, 10*time.Millisecond,
+					"the pop was not sent again at the new server")
+				require.NoError(t, next.Admin().RPush(ctx, "moving:cut", "v").Err())
+			}
+			select {
+			case err := <-got:
+				if tc.resent {
+					assert.NoError(t, err)
+				} else {
+					assert.ErrorIs(t, err, ErrOutcomeUnknown)
+					assert.Zero(t, blocked(t, next), "the rotation was sent again")
+				}
+				t.Logf("the cut-off call: %v", err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the call did not return")
+			}
+			assert.Zero(t, blocked(t, old))
+		})
+	}
 }
 
 // blockedID is the client id of the one client blocked on a server, or "".

@@ -481,8 +481,9 @@ type Config struct {
 	// that refuses CLIENT MAINT_NOTIFICATIONS turns them off quietly.
 	// ModeEnabled is refused in Sentinel mode and with Protocol 2, where
 	// go-redis would run without notifications. The connections redisguard
-	// opens for itself (probes, sentinel questions) and the dedicated
-	// connections of blocking calls run with notifications off.
+	// opens for itself (probes, sentinel questions) run with notifications
+	// off. Blocking calls and subscriptions follow a MOVING to the new
+	// endpoint (docs/options.md).
 	// default: nil, go-redis's ModeAuto
 	MaintNotificationsConfig *maintnotifications.Config
 }
