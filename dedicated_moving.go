@@ -42,28 +42,30 @@ const maxMoves = 3
 // to its admission, from the maintenance notifications manager of the
 // connection's client. go-redis runs it on the goroutine reading the
 // call's reply, as soon as the notification arrives, so it does not block.
-// It changes no notification; go-redis hands over no connection of a
-// shell's (they are not pooled).
+//
+// The shell asks for notifications only to hear MOVING: it has go-redis
+// apply none of them. A relaxed timeout (MIGRATING, FAILING_OVER) would
+// replace a blocking call's own read timeout, so that a BLPOP waiting
+// forever would fail after RelaxedTimeout; and a hand-over would be of a
+// connection that admission moves itself.
 type movingHook struct {
 	a  *admission
 	sh *shell
 }
 
-func (movingHook) PreHook(_ context.Context, _ push.NotificationHandlerContext, _ string, n []interface{}) ([]interface{}, bool) {
-	return n, true
+func (h movingHook) PreHook(_ context.Context, _ push.NotificationHandlerContext, kind string, n []interface{}) ([]interface{}, bool) {
+	if kind != maintnotifications.NotificationMoving {
+		return n, false
+	}
+	if m, ok := parseMoving(n); ok {
+		if d := h.sh.owner.Load(); d != nil {
+			h.a.moving(d.key, m)
+		}
+	}
+	return n, false
 }
 
-func (h movingHook) PostHook(_ context.Context, _ push.NotificationHandlerContext, kind string, n []interface{}, _ error) {
-	if kind != maintnotifications.NotificationMoving {
-		return
-	}
-	m, ok := parseMoving(n)
-	if !ok {
-		return
-	}
-	if d := h.sh.owner.Load(); d != nil {
-		h.a.moving(d.key, m)
-	}
+func (movingHook) PostHook(context.Context, push.NotificationHandlerContext, string, []interface{}, error) {
 }
 
 // hearMoving has sh's client hand its MOVING notifications to a. A client
@@ -98,8 +100,12 @@ func (a *admission) moving(key string, m movingNotice) {
 		}
 	}
 	a.mu.Unlock()
+	node := key
+	if node == "" && len(a.k.cfg.Addrs) > 0 {
+		node = a.k.cfg.Addrs[0] // Standalone: the one server
+	}
 	a.k.log.Info("redisguard: a node announced a move; its blocking calls follow",
-		"node", key, "to", mv.to, "in", mv.from.Sub(now))
+		"node", node, "to", mv.to, "in", mv.from.Sub(now))
 	for _, d := range calls {
 		d.moveBy(mv.from.Sub(now))
 	}

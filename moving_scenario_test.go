@@ -36,7 +36,7 @@ type movingSetup struct {
 	ev    *eventLog
 }
 
-func newMovingSetup(t *testing.T, old *redistest.Server, user, password string) *movingSetup {
+func newMovingSetup(t *testing.T, old *redistest.Server, user, password string, relaxed time.Duration) *movingSetup {
 	p, err := faultproxy.New(old.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
@@ -46,7 +46,7 @@ func newMovingSetup(t *testing.T, old *redistest.Server, user, password string) 
 	ev := &eventLog{}
 	c := newTestClient(t, Config{Addrs: []string{p.Addr()}, Mode: ModeStandalone, Protocol: 3, OnEvent: ev.onEvent,
 		Username: user, Password: password,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto, RelaxedTimeout: 5 * time.Second}})
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeAuto, RelaxedTimeout: relaxed}})
 	return &movingSetup{old: old, proxy: p, c: c, admin: old.Admin(), ev: ev}
 }
 
@@ -66,7 +66,7 @@ func blocked(t *testing.T, s *redistest.Server) int {
 // to the new server.
 func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 	sideBySide(t)
-	s := newMovingSetup(t, redistest.StartServer(t), "", "")
+	s := newMovingSetup(t, redistest.StartServer(t), "", "", 5*time.Second)
 	next := redistest.StartServer(t)
 	nextAdmin := next.Admin()
 	ctx := testCtx(t, 30*time.Second)
@@ -143,7 +143,7 @@ func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 // answered there once.
 func TestScenarioMovingToTheSameEndpointRedialsBlockingCall(t *testing.T) {
 	sideBySide(t)
-	s := newMovingSetup(t, redistest.StartServer(t), "", "")
+	s := newMovingSetup(t, redistest.StartServer(t), "", "", 5*time.Second)
 	ctx := testCtx(t, 30*time.Second)
 
 	got := make(chan error, 1)
@@ -198,7 +198,7 @@ func TestScenarioMovingWithoutUnblockFollowsTheRepeatRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			old, next := redistest.StartServer(t), redistest.StartServer(t)
 			user, password := limitedUser(t, old, next)
-			s := newMovingSetup(t, old, user, password)
+			s := newMovingSetup(t, old, user, password, 5*time.Second)
 			ctx := testCtx(t, 30*time.Second)
 
 			got := make(chan error, 1)
@@ -224,6 +224,45 @@ func TestScenarioMovingWithoutUnblockFollowsTheRepeatRules(t *testing.T) {
 			}
 			assert.Zero(t, blocked(t, old))
 		})
+	}
+}
+
+// A blocking call's connection asks for notifications to hear MOVING, and
+// only for that: a MIGRATING on it relaxes no timeout, which would replace
+// the own timeout of the calls it carries next (go-redis reads a relaxed
+// connection with RelaxedTimeout whatever the command waits for). A BLPOP
+// that waits forever, on a connection told MIGRATING while idle, outlasts
+// the relaxed timeout and is answered.
+func TestScenarioMigratingLeavesBlockingCallsTheirOwnTimeout(t *testing.T) {
+	sideBySide(t)
+	const relaxed = 300 * time.Millisecond
+	s := newMovingSetup(t, redistest.StartServer(t), "", "", relaxed)
+	ctx := testCtx(t, 30*time.Second)
+	// A dedicated connection, idle from now on.
+	require.NoError(t, s.admin.RPush(ctx, "moving:forever", "first").Err())
+	require.NoError(t, s.c.BLPop(ctx, 0, "moving:forever").Err())
+	require.Equal(t, 1, s.proxy.Push([]byte(">3\r\n$9\r\nMIGRATING\r\n:1\r\n$4\r\n1234\r\n")))
+
+	got := make(chan error, 1)
+	var v []string
+	go func() {
+		var err error
+		v, err = s.c.BLPop(ctx, 0, "moving:forever").Result()
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the BLPOP ended during the maintenance: %v", err)
+	case <-time.After(4 * relaxed):
+	}
+	require.Equal(t, 1, blocked(t, s.old))
+	require.NoError(t, s.admin.RPush(ctx, "moving:forever", "v").Err())
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		assert.Equal(t, []string{"moving:forever", "v"}, v)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the BLPOP did not return")
 	}
 }
 
