@@ -223,6 +223,29 @@ func TestMaintenanceIgnoresFailedNotifications(t *testing.T) {
 	assert.False(t, n.maint.active(clk.Now()))
 }
 
+// A MOVING go-redis applied is handed on, parsed, with the connection it
+// came on; one it refused, or a malformed one, is not.
+func TestMaintHookHandsOnMoving(t *testing.T) {
+	clk := clock.NewFake(slowEpoch)
+	type heard struct {
+		conn any
+		m    movingNotice
+	}
+	var got []heard
+	h := maintHook{n: &node{addr: "a:1"}, clock: clk, bound: time.Second,
+		moved: func(conn any, m movingNotice) { got = append(got, heard{conn, m}) }}
+	conn := new(int)
+	nc := push.NotificationHandlerContext{Conn: conn}
+	note := []interface{}{"MOVING", int64(2), int64(15), "b:1"}
+	h.PostHook(context.Background(), nc, maintnotifications.NotificationMoving, note, maintnotifications.ErrInvalidNotification)
+	h.PostHook(context.Background(), nc, maintnotifications.NotificationMoving, []interface{}{"MOVING", "x"}, nil)
+	h.PostHook(context.Background(), nc, maintnotifications.NotificationMoving, note, nil)
+	require.Len(t, got, 1)
+	assert.Same(t, conn, got[0].conn)
+	assert.Equal(t, movingNotice{seq: 2, within: 15 * time.Second, to: "b:1"}, got[0].m)
+	assert.False(t, h.n.maint.active(clk.Now()), "a MOVING opened a maintenance window")
+}
+
 // A wait overlaps the window when it began before the window closed and
 // ended after it opened.
 func TestMaintenanceOverlaps(t *testing.T) {

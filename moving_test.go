@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -176,4 +177,44 @@ func TestAdmissionFollowsMoveToTheSameEndpoint(t *testing.T) {
 	a.mu.Lock()
 	assert.False(t, a.staleLocked(fresh), "one dialled after the move is stale")
 	a.mu.Unlock()
+}
+
+// poolConn stands for go-redis's connection, which names the socket under
+// it.
+type poolConn struct{ nc net.Conn }
+
+func (p poolConn) GetNetConn() net.Conn { return p.nc }
+
+// A subscription's connection told MOVING to a named endpoint is closed at
+// once, so that its PubSub subscribes again now, and the move is told when
+// the new connection's first reply arrives. One told to move to the same
+// endpoint is left to go-redis's timing, and its move is told too.
+func TestSubscriptionHandedOff(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		to     string
+		closed bool
+	}{
+		{"to a new endpoint", "b:1", true},
+		{"to the same endpoint", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSubscriptionsFixture(t)
+			old, _ := f.dial(t, "a:1")
+			write(t, old, subscribeX)
+			f.s.handedOff(poolConn{old}, movingNotice{seq: 1, within: 10 * time.Second, to: tc.to})
+			f.s.handedOff(poolConn{new(net.TCPConn)}, movingNotice{seq: 1, to: tc.to}) // not a subscription's: ignored
+			f.s.handedOff(new(int), movingNotice{seq: 1, to: tc.to})                   // not go-redis's: ignored
+			_, err := old.Write([]byte(pingCmd))
+			assert.Equal(t, tc.closed, err != nil, "closed at once")
+			require.NoError(t, old.Close()) // go-redis's reconnect
+
+			moved, server := f.dial(t, "b:1")
+			write(t, moved, subscribeX)
+			reply(t, moved, server, subscribedX)
+			require.Len(t, f.moves(), 1)
+			assert.Equal(t, "a:1", f.moves()[0].Addr)
+			assert.Equal(t, "b:1", f.moves()[0].To)
+		})
+	}
 }
