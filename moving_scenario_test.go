@@ -137,6 +137,35 @@ func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 	assert.Equal(t, []string{"moving:later", "x"}, v)
 }
 
+// A BLPOP moved halfway through its own timeout waits at the new server
+// for what is left of it: it answers nil when the timeout it asked for
+// runs out, not a whole timeout after the move.
+func TestScenarioMovedBlockingCallKeepsItsTimeout(t *testing.T) {
+	sideBySide(t)
+	s := newMovingSetup(t, redistest.StartServer(t), "", "", 5*time.Second)
+	next := redistest.StartServer(t)
+	ctx := testCtx(t, 30*time.Second)
+	const timeout = 4 * time.Second
+
+	start := time.Now()
+	got := make(chan error, 1)
+	go func() { got <- s.c.BLPop(ctx, timeout, "moving:timeout").Err() }()
+	require.Eventually(t, func() bool { return blocked(t, s.old) == 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(timeout/2 - time.Since(start))
+	s.proxy.Push(movingFrame(1, 15, next.Addr))
+	require.Eventually(t, func() bool { return blocked(t, next) == 1 }, 5*time.Second, 10*time.Millisecond)
+	select {
+	case err := <-got:
+		took := time.Since(start)
+		t.Logf("nil after %v of a %v timeout, moved halfway", took.Round(time.Millisecond), timeout)
+		assert.ErrorIs(t, err, redis.Nil)
+		assert.Less(t, took, timeout+timeout/4, "the moved BLPOP waited its whole timeout again")
+		assert.GreaterOrEqual(t, took, timeout-100*time.Millisecond, "the moved BLPOP gave up early")
+	case <-time.After(2 * timeout):
+		t.Fatal("the moved BLPOP did not return")
+	}
+}
+
 // A server announces a move to the same endpoint (MOVING with a null
 // endpoint): connections re-dial it after half the announced time. A BLPOP
 // waiting on it then is ended and sent again on a new connection, and is
