@@ -47,6 +47,9 @@ type clientSpec struct {
 	// the ordinary client's node set, whose guards score the long calls:
 	// its nodes hear the long connections' maintenance notifications.
 	scoring *nodeSet
+	// The ordinary client's own hooks; budget the sharded client's too.
+	front  frontHooks
+	budget subscriptionBudget
 
 	// Dedicated, probe, sentinel-question and replica clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
@@ -58,18 +61,22 @@ type clientSpec struct {
 	socket socketHook // hands the dialled socket to the dedicated connection
 }
 
-// clientHooks are the hooks a Client installs around the node guards of its
-// ordinary and long clients.
+// clientHooks are the hooks a Client installs around the node guards of
+// every client it runs.
 type clientHooks struct {
-	user     *userHooks         // Client.AddHook's hooks: outermost on every client
-	ext      *extensions        // Client.Instrument's functions: long and dedicated clients get them when built
-	facade   facadeHook         // ordinary client
-	budget   subscriptionBudget // ordinary client (its node clients in Cluster mode)
-	div      divergenceHook     // Cluster mode
-	topo     *topology          // Cluster mode: the single-flight slot-map cache
-	sentinel *sentinelMaster    // Sentinel mode
-	replicas *replicas          // ordinary client, with Config.ReadFrom: replica reads
-	pending  *pendingMode       // Standalone, when ModeAuto waits for the server's answer
+	user     *userHooks      // Client.AddHook's hooks: outermost on every client
+	ext      *extensions     // Client.Instrument's functions: long and dedicated clients get them when built
+	div      divergenceHook  // Cluster mode
+	topo     *topology       // Cluster mode: the single-flight slot-map cache
+	sentinel *sentinelMaster // Sentinel mode
+	pending  *pendingMode    // Standalone, when ModeAuto waits for the server's answer
+}
+
+// frontHooks are the hooks of the ordinary client alone, where every command
+// of the caller's enters.
+type frontHooks struct {
+	facade   *facade   // the client-level step (facade.go)
+	replicas *replicas // with Config.ReadFrom: replica reads; nil otherwise
 }
 
 // hookable is what every go-redis client newGoRedis builds can do; the
@@ -98,15 +105,14 @@ type hookable interface {
 //
 // The hooks of each client, outermost first. [sentinelMaster] is there in
 // Sentinel mode only; "dials" marks a userLayer that runs the user's dial
-// hooks alone; "no breakers" a guard whose breakers are turned off (see
-// longClient); extensions are the hooks Instrument's functions add, which
+// hooks alone; "nested" a guard that scores nothing (see longClient); extensions are the hooks Instrument's functions add, which
 // go-redis appends innermost (on node clients, for a cluster client).
 //
 //	Standalone, Sentinel
 //	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
 //	              (Standalone: userLayer dials, user hooks+nodeGuard+facadeHook, ...)
-//	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
-//	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
+//	  long        userLayer dials, [sentinelMaster], nodeGuard nested, extensions
+//	  dedicated   userLayer dials, nodeGuard nested, socketHook, extensions
 //	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
 //	Cluster
 //	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
@@ -217,7 +223,7 @@ func newGoRedis(s clientSpec) hookable {
 // Standalone, on the failover client in Sentinel, and on each node client in
 // Cluster through ClusterOptions.NewClient, go-redis's per-node constructor.
 func newNodeClient(s clientSpec) redis.UniversalClient {
-	cfg, h := s.k.cfg, s.hooks
+	cfg, h, f := s.k.cfg, s.hooks, s.front
 	ordinary := s.kind == clientOrdinary
 	uo := s.k.options(s.poolSize)
 	if !ordinary {
@@ -228,8 +234,8 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		cl := redis.NewFailoverClient(uo.Failover())
 		cl.AddHook(h.user.layer(ordinary))
 		cl.AddHook(h.sentinel)
-		if ordinary && h.replicas != nil {
-			cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
+		if ordinary && f.replicas != nil {
+			cl.AddHook(sentinelReadHook{r: f.replicas, sm: h.sentinel})
 		}
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
 		g.long = s.kind == clientLong
@@ -240,11 +246,11 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g.follow = h.sentinel
 		}
 		if ordinary {
-			g.facade = h.facade.c
+			g.facade = f.facade
 		}
 		cl.AddHook(g)
 		if ordinary {
-			cl.AddHook(h.budget)
+			cl.AddHook(s.budget)
 		}
 		return cl
 	case ModeCluster:
@@ -257,7 +263,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			// answer everything else, keep ReadTimeout.
 			co.ReadTimeout = noReadTimeout
 		}
-		rr := h.replicas
+		rr := f.replicas
 		if !ordinary {
 			rr = nil // blocking reads stay on the masters
 		}
@@ -300,11 +306,8 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			watchMaintenance(cl, g.n, s.k.clock)
 			reloadOnMigrated(cl, h.topo)
 			// Subscriptions dial through the node clients.
-			switch s.kind {
-			case clientOrdinary:
-				cl.AddHook(h.budget)
-			case clientSharded:
-				cl.AddHook(subscriptionBudget{h.budget.subs, routeSlotOwner})
+			if s.budget.subs != nil {
+				cl.AddHook(s.budget)
 			}
 			return cl
 		}
@@ -317,13 +320,13 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		}
 		cc.AddHook(stepCountHook{cc})
 		if ordinary {
-			cc.AddHook(h.facade)
+			cc.AddHook(facadeHook{f.facade})
 		}
 		// Inside the facade it sees go-redis's final error; on the long
 		// client it ends a redirect cycle of go-redis's own loop typed too.
 		cc.AddHook(h.div)
 		// Its CLUSTER SLOTS go through the shared single-flight cache.
-		h.topo.attach(cc)
+		h.topo.attach(cc, s.kind)
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
@@ -335,16 +338,16 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			// Cluster-mode Client the server's first answer may call for.
 			cl.AddHook(h.user.layer(true))
 			cl.AddHook(h.pending)
-			g.facade = h.facade.c
+			g.facade = f.facade
 		case ordinary:
 			cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
-			g.facade, g.user = h.facade.c, h.user
+			g.facade, g.user = f.facade, h.user
 		default:
 			cl.AddHook(h.user.layer(false))
 		}
 		cl.AddHook(g)
 		if ordinary {
-			cl.AddHook(h.budget)
+			cl.AddHook(s.budget)
 		}
 		mn := g.n
 		if s.scoring != nil {
@@ -355,35 +358,31 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	}
 }
 
-// longClient builds the long client (admission.go) and says which guard a
-// dedicated connection to an address gets. Its pools never bind: a node
-// needs at most MaxLongConnections pooled connections for Cluster batches
-// and redirects, as many for the CLIENT UNBLOCKs of calls cancelled at once,
-// and one more; the permits are the budget.
-func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuard) {
-	spec := clientSpec{kind: clientLong, k: c.core, nodes: c.nodes, poolSize: 2*c.cfg.MaxLongConnections + 1, hooks: c.hooks}
-	if c.cfg.Mode != ModeCluster {
-		// In Standalone and Sentinel mode the ordinary client's guard,
-		// outside facadeHook, already admits and scores every long call.
-		// The guards of the long client and of its dedicated connections
-		// get breakers of their own, turned off: a second guard on the
-		// shared breaker would count each call twice. They still mark
-		// failed connection set-ups (setup.go) for the outer guard.
-		cfg := c.cfg
-		cfg.NodeFailureThreshold = -1
-		cfg.SlowNodeFactor = -1 // and so does its slow-node marking
-		spec.k = newCore(cfg, c.clock)
-		spec.k.log = c.log
-		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
-		spec.nodes.nested = true
-		spec.scoring = c.nodes
+// longClient returns what builds the long client (admission.go) and says
+// which guard a dedicated connection to an address gets. Its pools never
+// bind: a node needs at most MaxLongConnections pooled connections for
+// Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
+// cancelled at once, and one more; the permits are the budget.
+func longClient(k *core, nodes *nodeSet, hooks *clientHooks) func() (redis.UniversalClient, func(addr string) nodeGuard) {
+	return func() (redis.UniversalClient, func(addr string) nodeGuard) {
+		spec := clientSpec{kind: clientLong, k: k, nodes: nodes, poolSize: 2*k.cfg.MaxLongConnections + 1, hooks: hooks}
+		if k.cfg.Mode != ModeCluster {
+			// In Standalone and Sentinel mode the ordinary client's guard,
+			// outside facadeHook, already admits and scores every long
+			// call. The guards of the long client and of its dedicated
+			// connections are nested: they score nothing (a second guard
+			// on the shared breaker would count each call twice) and still
+			// mark failed connection set-ups (setup.go) for the outer guard.
+			spec.nodes = newNestedNodeSet(k)
+			spec.scoring = nodes
+		}
+		guard := func(addr string) nodeGuard {
+			g := spec.nodes.guard(addr)
+			g.long = true
+			return g
+		}
+		return newGoRedis(spec).(redis.UniversalClient), guard
 	}
-	guard := func(addr string) nodeGuard {
-		g := spec.nodes.guard(addr)
-		g.long = true
-		return g
-	}
-	return newGoRedis(spec).(redis.UniversalClient), guard
 }
 
 // options is the one UniversalOptions every client is built from, converted
