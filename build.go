@@ -33,6 +33,13 @@ const (
 	clientReplica
 )
 
+var kindNames = [...]string{
+	clientOrdinary: "ordinary", clientLong: "long", clientDedicated: "dedicated", clientProbe: "probe",
+	clientSentinelQuestion: "sentinel question", clientSharded: "sharded", clientReplica: "replica",
+}
+
+func (k clientKind) String() string { return kindNames[k] }
+
 // clientSpec says which go-redis client newGoRedis builds and what that
 // kind of client needs; fields another kind does not use stay zero.
 type clientSpec struct {
@@ -88,7 +95,8 @@ type hookable interface {
 
 // newGoRedis builds the go-redis client s describes and installs its hooks:
 // every go-redis client a Client runs comes from here, so the option
-// derivation of each kind and the hook order below have one home.
+// derivation of each kind has one home, and each client's hooks come from
+// the one table of them (hookOrder).
 //
 //   - ordinary: the client k's Config describes, poolSize connections per node.
 //   - long: the same with its own pool size, without what only ordinary
@@ -103,63 +111,12 @@ type hookable interface {
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
 //
-// The hooks of each client, outermost first. [sentinelMaster] is there in
-// Sentinel mode only; "dials" marks a userLayer that runs the user's dial
-// hooks alone; "nested" a guard that scores nothing (see longClient); extensions are the hooks Instrument's functions add, which
-// go-redis appends innermost (on node clients, for a cluster client).
-//
-//	Standalone, Sentinel
-//	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
-//	              (Standalone: userLayer dials, user hooks+nodeGuard+facadeHook, ...)
-//	  long        userLayer dials, [sentinelMaster], nodeGuard nested, extensions
-//	  dedicated   userLayer dials, nodeGuard nested, socketHook, extensions
-//	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
-//	Cluster
-//	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
-//	              node clients:   userLayer dials, [replicaHook], nodeGuard, subscriptionBudget, extensions
-//	  long        cluster client: stepCountHook, divergenceHook
-//	              node clients:   userLayer dials, nodeGuard, extensions
-//	  sharded     cluster client: stepCountHook, divergenceHook
-//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
-//	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
-//	probe, sentinel question: quietDial
-//
-// With Config.ReadFrom the ordinary client routes reads to replicas
-// (replica.go): sentinelReadHook sits between sentinelMaster and nodeGuard
-// on the Sentinel client, replicaHook outside nodeGuard on each node client
-// of the cluster client.
-//
-// The user's hooks (Client.AddHook) are outermost, so they see each command
-// once, with the error the caller gets; their process and pipeline hooks run
-// on the ordinary client alone, where every command enters, so a blocking
-// command that facadeHook hands to the long client is not seen again there.
-// Extensions sit innermost and see what go-redis sends and returns: a
-// blocking command once, on its dedicated connection.
-//
-// In Standalone and Sentinel mode nodeGuard is outside facadeHook: it
-// already admits and scores the long calls facadeHook hands to the long
-// client, whose guards therefore have no breakers. The two are one hook
-// there (nodeGuard.facade), which runs facadeHook's step right after its
-// own, so that a command passes one frame for both. In Standalone mode,
-// where nothing sits between the userLayer and the guard, the guard runs
-// the user's process and pipeline hooks too, outside itself and only while
-// there are any (nodeGuard.user). In Cluster mode the node
-// is only known on the node clients, so nodeGuard sits there, inside every
-// cluster-level hook. One order for every mode would move the scoring of
-// Standalone blocking calls from the ordinary client's guard to the long
-// client's: a change of behaviour (isExhaustion, the reset retry and the
-// dedicated set-up marks rely on it), not of shape.
+// Each client's hooks are its chain in hookOrder (hookorder.go), which
+// testdata/hook-order.txt prints.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
 	case clientOrdinary, clientLong, clientSharded:
-		cl := newNodeClient(s)
-		switch s.kind {
-		case clientLong:
-			s.hooks.ext.apply(cl, RoleLong)
-		case clientSharded:
-			s.hooks.ext.apply(cl, RoleSharded)
-		}
-		return cl
+		return newNodeClient(s)
 	case clientDedicated:
 		opt := *s.base
 		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
@@ -169,10 +126,8 @@ func newGoRedis(s clientSpec) hookable {
 		opt.ReadTimeout = noReadTimeout // the socket caps every read instead
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(s.hooks.user.layer(false))
-		cl.AddHook(s.guard)
-		cl.AddHook(s.socket)
-		s.hooks.ext.apply(cl, RoleDedicated)
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{
+			user: s.hooks.user, guard: s.guard, socket: s.socket, ext: s.hooks.ext, role: RoleDedicated})
 		return cl
 	case clientProbe:
 		opt := *s.base
@@ -193,7 +148,7 @@ func newGoRedis(s clientSpec) hookable {
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(newQuietDial(cl.Options()))
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{quiet: newQuietDial(cl.Options())})
 		return cl
 	case clientReplica:
 		opt := *s.base
@@ -202,9 +157,8 @@ func newGoRedis(s clientSpec) hookable {
 		// takes over, runs without maintenance notifications.
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(s.hooks.user.layer(false))
-		cl.AddHook(s.guard)
-		s.hooks.ext.apply(cl, RoleReplica)
+		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, chainHooks{
+			user: s.hooks.user, guard: s.guard, ext: s.hooks.ext, role: RoleReplica})
 		return cl
 	default: // clientSentinelQuestion
 		opt := *s.base
@@ -213,7 +167,8 @@ func newGoRedis(s clientSpec) hookable {
 		opt.DialTimeout = min(opt.DialTimeout, s.wait)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
 		cl := redis.NewSentinelClient(&opt)
-		cl.AddHook(newQuietDial(&opt)) // opt as go-redis completed it
+		// opt as go-redis completed it
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{quiet: newQuietDial(&opt)})
 		return cl
 	}
 }
@@ -229,29 +184,27 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	if !ordinary {
 		longOnly(uo)
 	}
+	parts := chainHooks{user: h.user, pending: h.pending, sentinel: h.sentinel, facade: f.facade, replicas: f.replicas,
+		budget: s.budget, div: h.div, ext: h.ext, role: RoleOrdinary}
+	switch s.kind {
+	case clientLong:
+		parts.role = RoleLong
+	case clientSharded:
+		parts.role = RoleSharded
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(h.user.layer(ordinary))
-		cl.AddHook(h.sentinel)
-		if ordinary && f.replicas != nil {
-			cl.AddHook(sentinelReadHook{r: f.replicas, sm: h.sentinel})
-		}
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
 		g.long = s.kind == clientLong
 		if g.n == h.sentinel.role {
 			// The guard charges each command to the master's current
-			// address. The long client's guard has breakers of its own,
-			// turned off, and keeps its one node.
+			// address. The long client's guard is nested and keeps its
+			// one node.
 			g.follow = h.sentinel
 		}
-		if ordinary {
-			g.facade = f.facade
-		}
-		cl.AddHook(g)
-		if ordinary {
-			cl.AddHook(s.budget)
-		}
+		parts.guard = g
+		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, parts)
 		return cl
 	case ModeCluster:
 		co := uo.Cluster()
@@ -296,35 +249,24 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 				opt.OnConnect = duringSetUp(rr.withReadOnly(opt.Addr, opt.OnConnect))
 			}
 			cl := redis.NewClient(opt)
-			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
-			if rr != nil {
-				cl.AddHook(rr.register(opt.Addr, cl))
-			}
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
-			cl.AddHook(g)
+			// go-redis dials on the node clients alone, subscriptions too.
+			node := parts
+			node.guard, node.replicas, node.addr = g, rr, opt.Addr
+			chainOf(s.kind, ModeCluster, levelNode, false).install(cl, node)
 			watchMaintenance(cl, g.n, s.k.clock)
 			reloadOnMigrated(cl, h.topo)
-			// Subscriptions dial through the node clients.
-			if s.budget.subs != nil {
-				cl.AddHook(s.budget)
-			}
 			return cl
 		}
 		cc := redis.NewClusterClient(co)
 		// go-redis sets its own answer to SMIGRATED on each new node
 		// client, after NewClient; this one, registered later, runs last.
 		cc.OnNewNode(func(cl *redis.Client) { reloadOnMigrated(cl, h.topo) })
-		if ordinary {
-			cc.AddHook(h.user.layer(true))
-		}
-		cc.AddHook(stepCountHook{cc})
-		if ordinary {
-			cc.AddHook(facadeHook{f.facade})
-		}
-		// Inside the facade it sees go-redis's final error; on the long
-		// client it ends a redirect cycle of go-redis's own loop typed too.
-		cc.AddHook(h.div)
+		// The divergence hook, inside the facade, sees go-redis's final
+		// error; on the long client it ends a redirect cycle of go-redis's
+		// own loop typed too.
+		chainOf(s.kind, ModeCluster, levelClient, false).install(cc, parts)
 		// Its CLUSTER SLOTS go through the shared single-flight cache.
 		h.topo.attach(cc, s.kind)
 		return cc
@@ -332,23 +274,10 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		cl := redis.NewClient(uo.Simple())
 		g := s.nodes.guard(cl.Options().Addr)
 		g.long = s.kind == clientLong
-		switch {
-		case ordinary && h.pending != nil:
-			// Outermost the user's hooks, then the hand-over to the
-			// Cluster-mode Client the server's first answer may call for.
-			cl.AddHook(h.user.layer(true))
-			cl.AddHook(h.pending)
-			g.facade = f.facade
-		case ordinary:
-			cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
-			g.facade, g.user = f.facade, h.user
-		default:
-			cl.AddHook(h.user.layer(false))
-		}
-		cl.AddHook(g)
-		if ordinary {
-			cl.AddHook(s.budget)
-		}
+		parts.guard = g
+		// While ModeAuto waits, the hand-over to the Cluster-mode Client
+		// sits between the user's hooks and the guard.
+		chainOf(s.kind, ModeStandalone, levelClient, ordinary && h.pending != nil).install(cl, parts)
 		mn := g.n
 		if s.scoring != nil {
 			mn = s.scoring.get(mn.addr)
