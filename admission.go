@@ -69,8 +69,8 @@ type admission struct {
 	// before the latest is closed rather than reused, so that every later
 	// call runs on a connection the extension reaches. Written under mu.
 	gen atomic.Uint64
-	// nodeDown, if set, reports whether the breaker of the node at addr is
-	// open: a cancelled call there is cut off at once (see interrupt).
+	// nodeDown, if not nil, reports whether the breaker of the node at addr
+	// is open: a cancelled call there is cut off at once (see interrupt).
 	nodeDown func(addr string) bool
 
 	mu       sync.Mutex
@@ -84,16 +84,28 @@ type admission struct {
 	loops    sync.WaitGroup           // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
 
-func newAdmission(k *core, newLong func() (redis.UniversalClient, func(string) nodeGuard)) *admission {
-	return &admission{
-		k:       k,
-		newLong: newLong,
-		permits: make(chan struct{}, k.cfg.MaxLongConnections),
-		closing: make(chan struct{}),
-		idle:    make(map[string][]*dedicated),
-		shells:  make(map[string][]*shell),
-		live:    make(map[*dedicated]struct{}),
+// newAdmission returns the long budget of k's Config. hooks are what a
+// dedicated connection carries, newLong builds the long client (longClient),
+// and nodeDown, if not nil, reports whether the breaker of the node at an
+// address is open.
+func newAdmission(k *core, hooks *clientHooks, newLong func() (redis.UniversalClient, func(string) nodeGuard),
+	nodeDown func(addr string) bool) *admission {
+	a := &admission{
+		k:        k,
+		hooks:    hooks,
+		newLong:  newLong,
+		nodeDown: nodeDown,
+		permits:  make(chan struct{}, k.cfg.MaxLongConnections),
+		closing:  make(chan struct{}),
+		idle:     make(map[string][]*dedicated),
+		shells:   make(map[string][]*shell),
+		live:     make(map[*dedicated]struct{}),
 	}
+	if hooks != nil {
+		// Blocking calls follow a node's move (dedicated_moving.go).
+		hooks.whenMoving(func(key string, _ any, m movingNotice) { a.moving(key, m) })
+	}
+	return a
 }
 
 // acquire takes a long permit, waiting at most PoolTimeout. A channel rather

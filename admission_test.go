@@ -568,7 +568,7 @@ func facadeHookFor(tb testing.TB) (redis.ProcessHook, redis.ProcessPipelineHook)
 	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = c.Close() })
-	h := facadeHook{c}
+	h := facadeHook{c.fac}
 	return h.ProcessHook(func(context.Context, redis.Cmder) error { return nil }),
 		h.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
 }

@@ -264,7 +264,7 @@ func BenchmarkHookPath(b *testing.B) {
 	// The guard as the ordinary Standalone client carries it: the facade's
 	// step inside, the user's hooks (none) outside.
 	guard := c.nodes.guard("127.0.0.1:1")
-	guard.facade, guard.user = c, c.hooks.user
+	guard.facade, guard.user = c.fac, c.hooks.user
 	ctx := context.Background()
 
 	b.Run("ordinary", func(b *testing.B) {
@@ -347,7 +347,7 @@ func BenchmarkHookPath(b *testing.B) {
 			}
 			c.adm.release()
 			n.br.Done(t, outcome(ctx, redis.Nil))
-			_ = c.translate(ctx, redis.Nil)
+			_ = c.fac.translate(ctx, redis.Nil)
 		}
 	})
 }

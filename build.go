@@ -33,6 +33,13 @@ const (
 	clientReplica
 )
 
+var kindNames = [...]string{
+	clientOrdinary: "ordinary", clientLong: "long", clientDedicated: "dedicated", clientProbe: "probe",
+	clientSentinelQuestion: "sentinel question", clientSharded: "sharded", clientReplica: "replica",
+}
+
+func (k clientKind) String() string { return kindNames[k] }
+
 // clientSpec says which go-redis client newGoRedis builds and what that
 // kind of client needs; fields another kind does not use stay zero.
 type clientSpec struct {
@@ -47,6 +54,9 @@ type clientSpec struct {
 	// the ordinary client's node set, whose guards score the long calls:
 	// its nodes hear the long connections' maintenance notifications.
 	scoring *nodeSet
+	// The ordinary client's own hooks; budget the sharded client's too.
+	front  frontHooks
+	budget subscriptionBudget
 
 	// Dedicated, probe, sentinel-question and replica clients.
 	base *redis.Options // the handshake to copy: credentials, TLS, database, name
@@ -58,30 +68,45 @@ type clientSpec struct {
 	socket socketHook // hands the dialled socket to the dedicated connection
 }
 
-// clientHooks are the hooks a Client installs around the node guards of its
-// ordinary and long clients.
+// clientHooks are the hooks a Client installs around the node guards of
+// every client it runs.
 type clientHooks struct {
-	user     *userHooks         // Client.AddHook's hooks: outermost on every client
-	ext      *extensions        // Client.Instrument's functions: long and dedicated clients get them when built
-	facade   facadeHook         // ordinary client
-	budget   subscriptionBudget // ordinary client (its node clients in Cluster mode)
-	div      divergenceHook     // Cluster mode
-	topo     *topology          // Cluster mode: the single-flight slot-map cache
-	sentinel *sentinelMaster    // Sentinel mode
-	replicas *replicas          // ordinary client, with Config.ReadFrom: replica reads
-	pending  *pendingMode       // Standalone, when ModeAuto waits for the server's answer
-	// moving hears the MOVING announcements of the node at key (admission's
-	// key: "" outside Cluster mode), each with the go-redis connection it
-	// came on (moving.go).
-	moving func(key string, conn any, m movingNotice)
+	user     *userHooks      // Client.AddHook's hooks: outermost on every client
+	ext      *extensions     // Client.Instrument's functions: long and dedicated clients get them when built
+	div      divergenceHook  // Cluster mode
+	topo     *topology       // Cluster mode: the single-flight slot-map cache
+	sentinel *sentinelMaster // Sentinel mode
+	pending  *pendingMode    // Standalone, when ModeAuto waits for the server's answer
+	// moving are told the MOVING announcements of the node at key
+	// (admission's key: "" outside Cluster mode), each with the go-redis
+	// connection it came on (moving.go); the components that follow one
+	// register while they are built (whenMoving), before any client runs.
+	moving []func(key string, conn any, m movingNotice)
 }
 
-// movedAt is h.moving for the node at key; nil without one.
+// whenMoving has fn told each MOVING a node announces.
+func (h *clientHooks) whenMoving(fn func(key string, conn any, m movingNotice)) {
+	h.moving = append(h.moving, fn)
+}
+
+// movedAt tells h.moving of the MOVING announcements of the node at key;
+// nil when none listens.
 func (h *clientHooks) movedAt(key string) func(conn any, m movingNotice) {
-	if h.moving == nil {
+	if len(h.moving) == 0 {
 		return nil
 	}
-	return func(conn any, m movingNotice) { h.moving(key, conn, m) }
+	return func(conn any, m movingNotice) {
+		for _, fn := range h.moving {
+			fn(key, conn, m)
+		}
+	}
+}
+
+// frontHooks are the hooks of the ordinary client alone, where every command
+// of the caller's enters.
+type frontHooks struct {
+	facade   *facade   // the client-level step (facade.go)
+	replicas *replicas // with Config.ReadFrom: replica reads; nil otherwise
 }
 
 // hookable is what every go-redis client newGoRedis builds can do; the
@@ -93,7 +118,8 @@ type hookable interface {
 
 // newGoRedis builds the go-redis client s describes and installs its hooks:
 // every go-redis client a Client runs comes from here, so the option
-// derivation of each kind and the hook order below have one home.
+// derivation of each kind has one home, and each client's hooks come from
+// the one table of them (hookOrder).
 //
 //   - ordinary: the client k's Config describes, poolSize connections per node.
 //   - long: the same with its own pool size, without what only ordinary
@@ -108,64 +134,12 @@ type hookable interface {
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
 //
-// The hooks of each client, outermost first. [sentinelMaster] is there in
-// Sentinel mode only; "dials" marks a userLayer that runs the user's dial
-// hooks alone; "no breakers" a guard whose breakers are turned off (see
-// longClient); extensions are the hooks Instrument's functions add, which
-// go-redis appends innermost (on node clients, for a cluster client).
-//
-//	Standalone, Sentinel
-//	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
-//	              (Standalone: userLayer dials, user hooks+nodeGuard+facadeHook, ...)
-//	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
-//	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
-//	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
-//	Cluster
-//	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
-//	              node clients:   userLayer dials, [replicaHook], nodeGuard, subscriptionBudget, extensions
-//	  long        cluster client: stepCountHook, divergenceHook
-//	              node clients:   userLayer dials, nodeGuard, extensions
-//	  sharded     cluster client: stepCountHook, divergenceHook
-//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
-//	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
-//	probe, sentinel question: quietDial
-//
-// With Config.ReadFrom the ordinary client routes reads to replicas
-// (replica.go): sentinelReadHook sits between sentinelMaster and nodeGuard
-// on the Sentinel client, replicaHook outside nodeGuard on each node client
-// of the cluster client.
-//
-// The user's hooks (Client.AddHook) are outermost, so they see each command
-// once, with the error the caller gets; their process and pipeline hooks run
-// on the ordinary client alone, where every command enters, so a blocking
-// command that facadeHook hands to the long client is not seen again there.
-// Extensions sit innermost and see what go-redis sends and returns: a
-// blocking command once, on its dedicated connection.
-//
-// In Standalone and Sentinel mode nodeGuard is outside facadeHook: it
-// already admits and scores the long calls facadeHook hands to the long
-// client, whose guards therefore have no breakers. The two are one hook
-// there (nodeGuard.facade), which runs facadeHook's step right after its
-// own, so that a command passes one frame for both. In Standalone mode,
-// where nothing sits between the userLayer and the guard, the guard runs
-// the user's process and pipeline hooks too, outside itself and only while
-// there are any (nodeGuard.user). In Cluster mode the node
-// is only known on the node clients, so nodeGuard sits there, inside every
-// cluster-level hook. One order for every mode would move the scoring of
-// Standalone blocking calls from the ordinary client's guard to the long
-// client's: a change of behaviour (isExhaustion, the reset retry and the
-// dedicated set-up marks rely on it), not of shape.
+// Each client's hooks are its chain in hookOrder (hookorder.go), which
+// testdata/hook-order.txt prints.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
 	case clientOrdinary, clientLong, clientSharded:
-		cl := newNodeClient(s)
-		switch s.kind {
-		case clientLong:
-			s.hooks.ext.apply(cl, RoleLong)
-		case clientSharded:
-			s.hooks.ext.apply(cl, RoleSharded)
-		}
-		return cl
+		return newNodeClient(s)
 	case clientDedicated:
 		opt := *s.base
 		opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 0, 0
@@ -188,10 +162,8 @@ func newGoRedis(s clientSpec) hookable {
 			opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(s.hooks.user.layer(false))
-		cl.AddHook(s.guard)
-		cl.AddHook(s.socket)
-		s.hooks.ext.apply(cl, RoleDedicated)
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{
+			user: s.hooks.user, guard: s.guard, socket: s.socket, ext: s.hooks.ext, role: RoleDedicated})
 		return cl
 	case clientProbe:
 		opt := *s.base
@@ -212,7 +184,7 @@ func newGoRedis(s clientSpec) hookable {
 		opt.PipelinePoolSize = noPipelinePool
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(newQuietDial(cl.Options()))
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{quiet: newQuietDial(cl.Options())})
 		return cl
 	case clientReplica:
 		opt := *s.base
@@ -221,9 +193,8 @@ func newGoRedis(s clientSpec) hookable {
 		// takes over, runs without maintenance notifications.
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
-		cl.AddHook(s.hooks.user.layer(false))
-		cl.AddHook(s.guard)
-		s.hooks.ext.apply(cl, RoleReplica)
+		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, chainHooks{
+			user: s.hooks.user, guard: s.guard, ext: s.hooks.ext, role: RoleReplica})
 		return cl
 	default: // clientSentinelQuestion
 		opt := *s.base
@@ -232,7 +203,8 @@ func newGoRedis(s clientSpec) hookable {
 		opt.DialTimeout = min(opt.DialTimeout, s.wait)
 		opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = s.wait, s.wait, s.wait
 		cl := redis.NewSentinelClient(&opt)
-		cl.AddHook(newQuietDial(&opt)) // opt as go-redis completed it
+		// opt as go-redis completed it
+		chainOf(s.kind, ModeAuto, levelClient, false).install(cl, chainHooks{quiet: newQuietDial(&opt)})
 		return cl
 	}
 }
@@ -242,35 +214,33 @@ func newGoRedis(s clientSpec) hookable {
 // Standalone, on the failover client in Sentinel, and on each node client in
 // Cluster through ClusterOptions.NewClient, go-redis's per-node constructor.
 func newNodeClient(s clientSpec) redis.UniversalClient {
-	cfg, h := s.k.cfg, s.hooks
+	cfg, h, f := s.k.cfg, s.hooks, s.front
 	ordinary := s.kind == clientOrdinary
 	uo := s.k.options(s.poolSize)
 	if !ordinary {
 		longOnly(uo)
 	}
+	parts := chainHooks{user: h.user, pending: h.pending, sentinel: h.sentinel, facade: f.facade, replicas: f.replicas,
+		budget: s.budget, div: h.div, ext: h.ext, role: RoleOrdinary}
+	switch s.kind {
+	case clientLong:
+		parts.role = RoleLong
+	case clientSharded:
+		parts.role = RoleSharded
+	}
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(h.user.layer(ordinary))
-		cl.AddHook(h.sentinel)
-		if ordinary && h.replicas != nil {
-			cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
-		}
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
 		g.long = s.kind == clientLong
 		if g.n == h.sentinel.role {
 			// The guard charges each command to the master's current
-			// address. The long client's guard has breakers of its own,
-			// turned off, and keeps its one node.
+			// address. The long client's guard is nested and keeps its
+			// one node.
 			g.follow = h.sentinel
 		}
-		if ordinary {
-			g.facade = h.facade.c
-		}
-		cl.AddHook(g)
-		if ordinary {
-			cl.AddHook(h.budget)
-		}
+		parts.guard = g
+		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, parts)
 		return cl
 	case ModeCluster:
 		co := uo.Cluster()
@@ -282,7 +252,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			// answer everything else, keep ReadTimeout.
 			co.ReadTimeout = noReadTimeout
 		}
-		rr := h.replicas
+		rr := f.replicas
 		if !ordinary {
 			rr = nil // blocking reads stay on the masters
 		}
@@ -315,62 +285,35 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 				opt.OnConnect = duringSetUp(rr.withReadOnly(opt.Addr, opt.OnConnect))
 			}
 			cl := redis.NewClient(opt)
-			cl.AddHook(h.user.layer(false)) // dials: go-redis never dials on the cluster client itself
-			if rr != nil {
-				cl.AddHook(rr.register(opt.Addr, cl))
-			}
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
-			cl.AddHook(g)
+			// go-redis dials on the node clients alone, subscriptions too.
+			node := parts
+			node.guard, node.replicas, node.addr = g, rr, opt.Addr
+			chainOf(s.kind, ModeCluster, levelNode, false).install(cl, node)
 			watchMaintenance(cl, g.n, s.k.clock, h.movedAt(opt.Addr))
 			reloadOnMigrated(cl, h.topo)
-			// Subscriptions dial through the node clients.
-			switch s.kind {
-			case clientOrdinary:
-				cl.AddHook(h.budget)
-			case clientSharded:
-				cl.AddHook(subscriptionBudget{h.budget.subs, routeSlotOwner})
-			}
 			return cl
 		}
 		cc := redis.NewClusterClient(co)
 		// go-redis sets its own answer to SMIGRATED on each new node
 		// client, after NewClient; this one, registered later, runs last.
 		cc.OnNewNode(func(cl *redis.Client) { reloadOnMigrated(cl, h.topo) })
-		if ordinary {
-			cc.AddHook(h.user.layer(true))
-		}
-		cc.AddHook(stepCountHook{cc})
-		if ordinary {
-			cc.AddHook(h.facade)
-		}
-		// Inside the facade it sees go-redis's final error; on the long
-		// client it ends a redirect cycle of go-redis's own loop typed too.
-		cc.AddHook(h.div)
+		// The divergence hook, inside the facade, sees go-redis's final
+		// error; on the long client it ends a redirect cycle of go-redis's
+		// own loop typed too.
+		chainOf(s.kind, ModeCluster, levelClient, false).install(cc, parts)
 		// Its CLUSTER SLOTS go through the shared single-flight cache.
-		h.topo.attach(cc)
+		h.topo.attach(cc, s.kind)
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
 		g := s.nodes.guard(cl.Options().Addr)
 		g.long = s.kind == clientLong
-		switch {
-		case ordinary && h.pending != nil:
-			// Outermost the user's hooks, then the hand-over to the
-			// Cluster-mode Client the server's first answer may call for.
-			cl.AddHook(h.user.layer(true))
-			cl.AddHook(h.pending)
-			g.facade = h.facade.c
-		case ordinary:
-			cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
-			g.facade, g.user = h.facade.c, h.user
-		default:
-			cl.AddHook(h.user.layer(false))
-		}
-		cl.AddHook(g)
-		if ordinary {
-			cl.AddHook(h.budget)
-		}
+		parts.guard = g
+		// While ModeAuto waits, the hand-over to the Cluster-mode Client
+		// sits between the user's hooks and the guard.
+		chainOf(s.kind, ModeStandalone, levelClient, ordinary && h.pending != nil).install(cl, parts)
 		mn := g.n
 		if s.scoring != nil {
 			mn = s.scoring.get(mn.addr)
@@ -380,35 +323,31 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	}
 }
 
-// longClient builds the long client (admission.go) and says which guard a
-// dedicated connection to an address gets. Its pools never bind: a node
-// needs at most MaxLongConnections pooled connections for Cluster batches
-// and redirects, as many for the CLIENT UNBLOCKs of calls cancelled at once,
-// and one more; the permits are the budget.
-func (c *Client) longClient() (redis.UniversalClient, func(addr string) nodeGuard) {
-	spec := clientSpec{kind: clientLong, k: c.core, nodes: c.nodes, poolSize: 2*c.cfg.MaxLongConnections + 1, hooks: c.hooks}
-	if c.cfg.Mode != ModeCluster {
-		// In Standalone and Sentinel mode the ordinary client's guard,
-		// outside facadeHook, already admits and scores every long call.
-		// The guards of the long client and of its dedicated connections
-		// get breakers of their own, turned off: a second guard on the
-		// shared breaker would count each call twice. They still mark
-		// failed connection set-ups (setup.go) for the outer guard.
-		cfg := c.cfg
-		cfg.NodeFailureThreshold = -1
-		cfg.SlowNodeFactor = -1 // and so does its slow-node marking
-		spec.k = newCore(cfg, c.clock)
-		spec.k.log = c.log
-		spec.nodes = newNodeSet(spec.k, nil, nodeProbe(c.probeOpt, nil))
-		spec.nodes.nested = true
-		spec.scoring = c.nodes
+// longClient returns what builds the long client (admission.go) and says
+// which guard a dedicated connection to an address gets. Its pools never
+// bind: a node needs at most MaxLongConnections pooled connections for
+// Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
+// cancelled at once, and one more; the permits are the budget.
+func longClient(k *core, nodes *nodeSet, hooks *clientHooks) func() (redis.UniversalClient, func(addr string) nodeGuard) {
+	return func() (redis.UniversalClient, func(addr string) nodeGuard) {
+		spec := clientSpec{kind: clientLong, k: k, nodes: nodes, poolSize: 2*k.cfg.MaxLongConnections + 1, hooks: hooks}
+		if k.cfg.Mode != ModeCluster {
+			// In Standalone and Sentinel mode the ordinary client's guard,
+			// outside facadeHook, already admits and scores every long
+			// call. The guards of the long client and of its dedicated
+			// connections are nested: they score nothing (a second guard
+			// on the shared breaker would count each call twice) and still
+			// mark failed connection set-ups (setup.go) for the outer guard.
+			spec.nodes = newNestedNodeSet(k)
+			spec.scoring = nodes
+		}
+		guard := func(addr string) nodeGuard {
+			g := spec.nodes.guard(addr)
+			g.long = true
+			return g
+		}
+		return newGoRedis(spec).(redis.UniversalClient), guard
 	}
-	guard := func(addr string) nodeGuard {
-		g := spec.nodes.guard(addr)
-		g.long = true
-		return g
-	}
-	return newGoRedis(spec).(redis.UniversalClient), guard
 }
 
 // options is the one UniversalOptions every client is built from, converted

@@ -8,9 +8,9 @@ import (
 )
 
 // core is what the client's components share: the resolved Config, the
-// clock, the logger and event sink (events.go), and the closed flag.
-// Components hold a *core and tell one another what they must through
-// function fields; none holds the *Client.
+// clock, the logger and event sink (events.go), and the closed flag. Each
+// component holds a *core and the components it was built with (newClient);
+// none holds the *Client.
 type core struct {
 	cfg    Config // resolved: every default filled in
 	clock  clock.Clock

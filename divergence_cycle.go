@@ -174,12 +174,9 @@ func (d *divergence) raise(slot int, dec decision, views []slotView) error {
 // share. Maps are created on first use.
 type divergence struct {
 	k     *core
-	topo  *topology // the slot map it reads and refreshes; nil outside Cluster mode
-	nodes *nodeSet  // whose breakers say which nodes are worth asking
-	// cluster is the ordinary cluster client, whose node clients the views
-	// are gathered through; set once it is built, before any command.
-	cluster *redis.ClusterClient
-	probe   *redis.Options // handshake for a one-off PING to a node the client has no client for
+	topo  *topology      // the slot map it reads and refreshes; nil outside Cluster mode
+	nodes *nodeSet       // whose breakers say which nodes are worth asking
+	probe *redis.Options // handshake for a one-off PING to a node the client has no client for
 
 	mu       sync.Mutex
 	episodes map[int]*episode // guarded by mu; by slot

@@ -79,10 +79,14 @@ func (d *divergence) gatherViews(ctx context.Context, slot int, target string) [
 var viewsQuestion = question{"cluster|nodes",
 	"a redirect cycle is waited out as a failover, at most ClusterNodeTimeout, without the nodes' views of who owns the slot"}
 
-// nodeClients returns the cluster client's node clients by address.
-// ForEachShard is the exported way to reach them; its callbacks only record.
+// nodeClients returns the ordinary cluster client's node clients by
+// address. ForEachShard is the exported way to reach them; its callbacks
+// only record.
 func (d *divergence) nodeClients(ctx context.Context) map[string]*redis.Client {
-	cc := d.cluster
+	if d.topo == nil {
+		return nil
+	}
+	cc := d.topo.ordinaryClient()
 	if cc == nil {
 		return nil
 	}

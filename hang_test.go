@@ -357,7 +357,7 @@ func TestHangWatchReplyNobodyReadIsNoSilence(t *testing.T) {
 // Its connection is not cut with the others: subscriptions move.
 func TestHangWatchListensToSubscriptions(t *testing.T) {
 	f := newHangFixture(t, "a:1", "b:1")
-	subs := newSubscriptions(f.nodes.k, nil, f.nodes, nil, nil)
+	subs := newSubscriptions(f.nodes.k, nil, f.nodes, nil, nil, nil)
 	f.tick(hangTick)
 
 	cli, srv := loopback(t)

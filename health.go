@@ -231,7 +231,7 @@ func (c *Client) roundTrip(ctx context.Context, node string, send func(context.C
 			// Our slot map is stale: the next check should find the owner.
 			c.topo.trigger()
 		}
-		res.Error = c.redact(c.translate(ctx, err).Error())
+		res.Error = c.redact(c.fac.translate(ctx, err).Error())
 		return res, nil
 	}
 	res.OK = true

@@ -44,7 +44,7 @@ func (c *Client) checkCluster(ctx context.Context, opts CheckOptions, rep *Repor
 	// write key report a different master's steps each time.
 	own, err := cc.MasterForKey(ctx, opts.WriteKey)
 	if err != nil {
-		rep.Ping = &StepResult{Error: c.redact(c.translate(ctx, err).Error())}
+		rep.Ping = &StepResult{Error: c.redact(c.fac.translate(ctx, err).Error())}
 		rep.skipRest(opts, ModeCluster)
 		rep.Breakers = c.masterBreakersStep()
 		return
@@ -213,7 +213,7 @@ func (c *Client) roundTripTo(ctx context.Context, t healthTarget, write bool) (r
 				// Our slot map is stale: the next check should find the owner.
 				c.topo.trigger()
 			}
-			s.OK, s.Error = false, c.redact(c.translate(ctx, err).Error())
+			s.OK, s.Error = false, c.redact(c.fac.translate(ctx, err).Error())
 			shared = !isRedisReply(err)
 		} else if i == 1 {
 			s.OK, s.Error = clusterStateOK(cmd.Val())

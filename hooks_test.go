@@ -163,10 +163,10 @@ func TestUserLayerAllocatesNothing(t *testing.T) {
 func TestHookChainsBuildInTwoAllocations(t *testing.T) {
 	c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}}) // never dialled
 	g := c.nodes.guard("127.0.0.1:1")
-	g.facade, g.user = c, c.hooks.user
+	g.facade, g.user = c.fac, c.hooks.user
 	process := func(context.Context, redis.Cmder) error { return nil }
 	pipeline := func(context.Context, []redis.Cmder) error { return nil }
-	for name, hook := range map[string]redis.Hook{"guard": g, "user layer": c.hooks.user.layer(true), "facade": facadeHook{c}} {
+	for name, hook := range map[string]redis.Hook{"guard": g, "user layer": c.hooks.user.layer(true), "facade": facadeHook{c.fac}} {
 		assert.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = hook.ProcessHook(process) }), 2.0, name)
 		assert.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = hook.ProcessPipelineHook(pipeline) }), 2.0, name)
 	}

@@ -115,7 +115,7 @@ func TestAdmissionFollowsMove(t *testing.T) {
 	cfg, err := Config{Addrs: []string{"a:1", "b:1"}}.resolve()
 	require.NoError(t, err)
 	clk := clock.NewFake(time.Unix(1000, 0))
-	a := newAdmission(newCore(cfg, clk), nil)
+	a := newAdmission(newCore(cfg, clk), nil, nil, nil)
 	t.Cleanup(func() { _ = a.close() })
 	old := &dedicated{key: "a:1", opened: clk.Now()}
 	other := &dedicated{key: "b:1", opened: clk.Now()}
@@ -152,7 +152,7 @@ func TestAdmissionFollowsMoveToTheSameEndpoint(t *testing.T) {
 	cfg, err := Config{Addrs: []string{"a:1"}}.resolve()
 	require.NoError(t, err)
 	clk := clock.NewFake(time.Unix(1000, 0))
-	a := newAdmission(newCore(cfg, clk), nil)
+	a := newAdmission(newCore(cfg, clk), nil, nil, nil)
 	t.Cleanup(func() { _ = a.close() })
 	before := &dedicated{opened: clk.Now()}
 	a.live[before] = struct{}{}

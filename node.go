@@ -24,16 +24,21 @@ type nodeSet struct {
 	k      *core
 	topo   *topology // told when a breaker opens (Cluster mode); nil otherwise
 	probes *prober   // recovers the open breakers
-	// onOpen, if set, is told of each node whose breaker opens, after the
-	// event and the topology. Set before the first command.
-	onOpen func(n *node)
+	// opened are told of each node whose breaker opens, after the event and
+	// the topology; own probes the nodes that stand for something other
+	// than an address. Both are registered by the components built on the
+	// set (whenOpened, probeWith), while they are built: before the first
+	// command and the first probe, and never after.
+	opened []func(n *node)
+	own    map[string]func(ctx context.Context, wait time.Duration) error
 	slow   *slowNodes // marks slow nodes; nil when marking is off
 	watch  *hangWatch // trips the breakers of hung nodes; nil when breakers are off
 	sent   sentOnce   // unsafe commands a node may have run, in batches go-redis may send again
 	// nested says that the guards of the set run inside another guard,
 	// which scores and translates what they return (the long client in
-	// Standalone and Sentinel mode, see longClient): they hand on go-redis's
-	// errors, set-up marks included.
+	// Standalone and Sentinel mode, see longClient): their breakers never
+	// open, nothing is marked slow or watched for silence, and they hand on
+	// go-redis's errors, set-up marks included.
 	nested bool
 
 	mu    sync.Mutex
@@ -88,13 +93,54 @@ type node struct {
 // address (see prober).
 func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr string, wait time.Duration) error) *nodeSet {
 	s := &nodeSet{k: k, topo: topo, nodes: make(map[string]*node), slow: newSlowNodes(k)}
-	s.probes = newProber(probe, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
+	if s.slow != nil && topo != nil {
+		s.slow.groups = topo.shards // a node is compared with its shard's
+	}
+	s.probes = newProber(func(ctx context.Context, addr string, wait time.Duration) error {
+		if own := s.own[addr]; own != nil {
+			return own(ctx, wait)
+		}
+		return probe(ctx, addr, wait)
+	}, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
 		k.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
 	})
 	if k.cfg.NodeFailureThreshold >= 0 {
 		s.watch = newHangWatch(k.clock, k.cfg.HungNodeAfter, s.snapshot, s.trip)
 	}
 	return s
+}
+
+// newNestedNodeSet returns the node set of guards that run inside another
+// set's (see nested): it scores nothing, so it needs no probe.
+func newNestedNodeSet(k *core) *nodeSet {
+	s := &nodeSet{k: k, nodes: make(map[string]*node), nested: true}
+	s.probes = newProber(func(context.Context, string, time.Duration) error { return errNestedProbe }, k.clock, k.cfg.ReadTimeout, func(*node, error) {})
+	return s
+}
+
+// errNestedProbe is what a nested set's prober would answer; its breakers
+// never open, so it never probes.
+var errNestedProbe = errors.New("redisguard: a nested node set never probes")
+
+// whenOpened has fn told of every node whose breaker opens.
+func (s *nodeSet) whenOpened(fn func(n *node)) { s.opened = append(s.opened, fn) }
+
+// probeWith has the node at addr, which stands for something other than an
+// address (a Sentinel master not yet named), probed by probe.
+func (s *nodeSet) probeWith(addr string, probe func(ctx context.Context, wait time.Duration) error) {
+	if s.own == nil {
+		s.own = make(map[string]func(context.Context, time.Duration) error)
+	}
+	s.own[addr] = probe
+}
+
+// threshold is the failure count that opens a breaker of the set; negative,
+// which turns breakers off, in a nested set.
+func (s *nodeSet) threshold() int {
+	if s.nested {
+		return -1
+	}
+	return s.k.cfg.NodeFailureThreshold
 }
 
 // snapshot returns the nodes without taking the lock; the slice is shared
@@ -163,7 +209,7 @@ func (s *nodeSet) get(addr string) *node {
 	}
 	n.sampleMask.Store(sampleFast)
 	n.br = breaker.New(breaker.Settings{
-		Threshold:     s.k.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
+		Threshold:     s.threshold(), // negative disables: the breaker then always allows
 		Clock:         s.k.clock,
 		OnStateChange: func(from, to breaker.State) { s.changed(n, from, to) },
 	})
@@ -229,8 +275,8 @@ func (s *nodeSet) changed(n *node, from, to breaker.State) {
 			// look for the new owner now rather than when some timer fires.
 			s.topo.trigger()
 		}
-		if s.onOpen != nil {
-			s.onOpen(n)
+		for _, fn := range s.opened {
+			fn(n)
 		}
 	}
 }
@@ -246,10 +292,10 @@ type nodeGuard struct {
 	// master's current address.
 	follow *sentinelMaster
 	// facade, set on the ordinary client in Standalone and Sentinel mode,
-	// is the Client whose facadeHook step (client.go) runs inside this
-	// hook, right after it, instead of in a hook of its own: one frame
+	// is the facade whose step (facade.go) runs inside this hook, right
+	// after it, instead of in a hook of its own: one frame
 	// less for every command.
-	facade *Client
+	facade *facade
 	// user, set on the ordinary client in Standalone mode, is the Client's
 	// AddHook hooks, which this hook runs outside itself while there are
 	// any, in place of the userLayer's process and pipeline steps: one

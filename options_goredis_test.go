@@ -242,7 +242,7 @@ func TestClusterOptionsReachTheClusterClients(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
 	assert.Positive(t, calls.Load(), "the slot map comes from ClusterSlots")
-	long, _ := c.longClient()
+	long, _ := longClient(c.core, c.nodes, c.hooks)()
 	t.Cleanup(func() { _ = long.Close() })
 	for name, cc := range map[string]*redis.ClusterClient{"ordinary": c.ClusterClient(), "long": long.(*redis.ClusterClient)} {
 		opt := cc.Options()

@@ -158,10 +158,25 @@ type fallback struct {
 	since atomic.Int64
 }
 
+// replicaSource is what replica routing needs in Sentinel mode: the
+// master whose replicas the sentinels name, the builder of a replica's node
+// client, and the facade's translation of the errors a replica returns.
+type replicaSource struct {
+	master    *sentinelMaster
+	newClient func(addr string) *redis.Client
+	translate func(context.Context, error) error
+}
+
 // newReplicas returns the router of a cluster client (topo set) or of a
-// Sentinel client (members set by the caller).
-func newReplicas(k *core, nodes *nodeSet, topo *topology) *replicas {
+// Sentinel client (sentinel set).
+func newReplicas(k *core, nodes *nodeSet, topo *topology, sentinel *replicaSource) *replicas {
 	r := &replicas{k: k, nodes: nodes, shardState: make(map[string]*fallback), commandQ: commandQuestion}
+	if sentinel != nil {
+		r.translate = sentinel.translate
+		r.sentinel = newSentinelReplicas(k, nodes, sentinel.master, sentinel.newClient,
+			func(addr string, cl *redis.Client) { r.clients.Store(addr, cl) })
+		r.members = r.sentinel.of
+	}
 	if topo != nil && k.cfg.ReadFrom != ReadFromMasterPreferred {
 		r.commandQ.instead = "go-redis's cluster client routes reads by it: with ReadFrom " + k.cfg.ReadFrom.String() +
 			" every command now goes to the master, and go-redis logs each look-up it cannot make"

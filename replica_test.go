@@ -95,7 +95,7 @@ func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *rout
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("down") })
 	t.Cleanup(nodes.close)
 	f.slots = []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
-	f.r = newReplicas(k, nodes, &topology{k: k})
+	f.r = newReplicas(k, nodes, &topology{k: k}, nil)
 	f.r.slots = func() []redis.ClusterSlot { return f.slots }
 	for _, addr := range []string{"m:1", "r:1"} {
 		cl := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
@@ -361,7 +361,7 @@ func TestReadsAreKnownWithoutCommand(t *testing.T) {
 			mr.SetError(tc.reply)
 			clk := clock.NewFake(time.Unix(1000, 0))
 			var l eventLog
-			r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred, Logger: l.logger()}, clk), nil, nil)
+			r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred, Logger: l.logger()}, clk), nil, nil, nil)
 			cl := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = cl.Close() })
 			asked := &commandCounter{name: "command"}
@@ -423,7 +423,7 @@ func TestReadsShareOneCommand(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Close() })
 	synctest.Test(t, func(t *testing.T) {
 		clk := clock.NewFake(time.Unix(1000, 0))
-		r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred}, clk), nil, nil)
+		r := newReplicas(newCore(Config{ReadFrom: ReadFromReplicaPreferred}, clk), nil, nil, nil)
 		held := &heldCommand{release: make(chan struct{})}
 		cl.AddHook(held)
 		ctx := context.Background()

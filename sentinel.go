@@ -59,9 +59,10 @@ type sentinelMaster struct {
 
 	cur atomic.Pointer[node] // the master's node; nil until the first dial
 
-	// leaving, if set, is told of the old master's address before drop
-	// closes the connections to it. Set before the first command.
-	leaving func(addr string)
+	// leaving are told of the old master's address before drop closes the
+	// connections to it; registered (whenLeaving) by the components built on
+	// the master, while they are built.
+	leaving []func(addr string)
 
 	bg background.Group // the look-up and its questions; closed by close
 
@@ -72,14 +73,29 @@ type sentinelMaster struct {
 	again      bool                                 // guarded by mu; a READONLY came during a round
 }
 
+// newSentinelMaster returns the master of name, whose breakers are in
+// nodes: it probes the node that stands for the master while its address is
+// unknown by asking the sentinels, and asks them again when the current
+// master's breaker opens.
 func newSentinelMaster(name string, sentinels []string, master, sentinel *redis.Options,
-	nodes func(string) *node, k *core) *sentinelMaster {
-	return &sentinelMaster{
+	nodes *nodeSet, k *core) *sentinelMaster {
+	s := &sentinelMaster{
 		name: name, sentinels: slices.Clone(sentinels), master: master, sentinel: sentinel,
-		nodes: nodes, role: nodes(sentinelNodeName(name)), k: k,
+		nodes: nodes.get, role: nodes.get(sentinelNodeName(name)), k: k,
 		conns: make(map[string]map[*trackedConn]struct{}),
 	}
+	nodes.probeWith(s.role.addr, func(ctx context.Context, _ time.Duration) error { return s.probeRole(ctx) })
+	nodes.whenOpened(func(n *node) {
+		if n == s.node() {
+			s.lookup(false)
+		}
+	})
+	return s
 }
+
+// whenLeaving has fn told of the old master's address before the
+// connections to it are closed.
+func (s *sentinelMaster) whenLeaving(fn func(addr string)) { s.leaving = append(s.leaving, fn) }
 
 // sentinelAddrs returns the sentinels known now: the configured ones, then
 // those discovered.
@@ -412,8 +428,8 @@ func (s *sentinelMaster) track(addr string, conn net.Conn) net.Conn {
 // health check, or the command's write) and dials again, through the
 // sentinels.
 func (s *sentinelMaster) drop(addr string) {
-	if s.leaving != nil {
-		s.leaving(addr)
+	for _, fn := range s.leaving {
+		fn(addr)
 	}
 	s.mu.Lock()
 	set := s.conns[addr]

@@ -37,7 +37,7 @@ type subscriptions struct {
 	nodes  *nodeSet        // breakers, by address
 	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
 	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
-	hooks  *clientHooks    // what the sharded-subscription client is built with; set before the first SSubscribe
+	hooks  *clientHooks    // what the sharded-subscription client is built with
 
 	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
 
@@ -66,9 +66,36 @@ type pendingMove struct {
 // closed by its user while it was broken never subscribes again.
 const pendingMoveTTL = time.Minute
 
-func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster) *subscriptions {
-	return &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, ownerWait: ownerWait,
+// newSubscriptions returns the subscriptions of a Client whose breakers are
+// in nodes: they move off a node whose breaker opens (Cluster mode) or off
+// a master the sentinels replaced (Sentinel mode).
+func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster, hooks *clientHooks) *subscriptions {
+	s := &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, hooks: hooks, ownerWait: ownerWait,
 		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]redis.ClusterSlot)}
+	switch {
+	case topo != nil:
+		// Another node serves a classic subscription at once, and a
+		// sharded one once the slot map names the new owner.
+		nodes.whenOpened(func(n *node) { s.moveFrom(n.addr) })
+	case master != nil:
+		master.whenLeaving(s.moveFrom)
+	}
+	if hooks != nil {
+		hooks.whenMoving(func(_ string, conn any, m movingNotice) { s.handedOff(conn, m) })
+	}
+	return s
+}
+
+// budget is the hook that admits the subscription dials of the ordinary
+// client (its node clients in Cluster mode).
+func (s *subscriptions) budget() subscriptionBudget {
+	switch {
+	case s.topo != nil:
+		return subscriptionBudget{s, routeAnyNode}
+	case s.master != nil:
+		return subscriptionBudget{s, routeMaster}
+	}
+	return subscriptionBudget{s, routeAsked}
 }
 
 // track wraps conn, just dialed to addr, and registers it; route is where

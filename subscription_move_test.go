@@ -33,7 +33,7 @@ func newSubscriptionsFixture(t *testing.T) subscriptionsFixture {
 	k := newCore(cfg, clk)
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("still down") })
 	t.Cleanup(nodes.close)
-	return subscriptionsFixture{s: newSubscriptions(k, newAdmission(k, nil), nodes, nil, nil), clk: clk, events: events}
+	return subscriptionsFixture{s: newSubscriptions(k, newAdmission(k, nil, nil, nil), nodes, nil, nil, nil), clk: clk, events: events}
 }
 
 // dial returns a tracked connection to addr holding a permit, and the

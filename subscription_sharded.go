@@ -47,7 +47,8 @@ func (s *subscriptions) sharded() *redis.ClusterClient {
 	if s.shard == nil {
 		// Its pools serve only the slot-map look-ups and the handshakes of
 		// its subscriptions; the subscriptions dial connections of their own.
-		s.shard = newGoRedis(clientSpec{kind: clientSharded, k: s.k, nodes: s.nodes, poolSize: 1, hooks: s.hooks}).(*redis.ClusterClient)
+		s.shard = newGoRedis(clientSpec{kind: clientSharded, k: s.k, nodes: s.nodes, poolSize: 1, hooks: s.hooks,
+			budget: subscriptionBudget{s, routeSlotOwner}}).(*redis.ClusterClient)
 	}
 	return s.shard
 }

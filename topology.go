@@ -43,6 +43,7 @@ type topology struct {
 
 	mu       sync.Mutex
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
+	ordinary *redis.ClusterClient   // guarded by mu; the ordinary one, whose node clients serve every key
 
 	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
 	fetching    atomic.Bool                         // a fetch is in flight: calls wait for its map
@@ -57,10 +58,20 @@ type topology struct {
 func newTopology(k *core) *topology { return &topology{k: k} }
 
 // attach registers a cluster client whose slot map trigger reloads.
-func (t *topology) attach(cc *redis.ClusterClient) {
+func (t *topology) attach(cc *redis.ClusterClient, kind clientKind) {
 	t.mu.Lock()
 	t.clusters = append(t.clusters, cc)
+	if kind == clientOrdinary {
+		t.ordinary = cc
+	}
 	t.mu.Unlock()
+}
+
+// ordinaryClient returns the ordinary cluster client; nil before it is built.
+func (t *topology) ordinaryClient() *redis.ClusterClient {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ordinary
 }
 
 // interval is the minimum spacing of real fetches, with jitter so that many

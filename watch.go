@@ -45,7 +45,7 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	case err != nil:
 		// In Cluster mode go-redis's errors reach here without passing
 		// facadeHook ("redis: client is closed" after Close).
-		return c.translate(ctx, err)
+		return c.fac.translate(ctx, err)
 	case c.closed.Load():
 		return ErrClosed
 	}

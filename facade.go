@@ -1,0 +1,290 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// facade is what every command of the Client's passes at the client level:
+// it refuses work after Close, hands long commands to the long budget, rides
+// out the replies that say a server cannot serve now, and translates
+// go-redis's errors into redisguard's. It holds what those steps read and
+// nothing of the Client's.
+type facade struct {
+	k     *core
+	adm   *admission // the long budget
+	ride  *rideOut   // waits out the replies that say a server cannot serve now
+	nodes *nodeSet   // the node guards' record of unsafe commands sent, and the nodes by address
+	topo  *topology  // Cluster mode; nil otherwise
+}
+
+// facadeHook is the client-level hook: it refuses work after Close, sends long
+// commands to the long budget and translates go-redis's errors into
+// redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
+// mode nodeGuard sits on each node client, below this hook; in Standalone and
+// Sentinel mode both are on the one client and nodeGuard wraps this hook
+// (see newGoRedis; admission.go relies on that order).
+type facadeHook struct{ f *facade }
+
+func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.f.k.closed.Load() {
+			return nil, ErrClosed
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook is the Cluster client's: a plain command (plainCommand), the
+// common one, goes on from the hook's own frame, as in the node guard.
+func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	f, maybeTx := h.f, h.f.adm.buildingWatch()
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f.k.closed.Load() || !plainCommand(cmd.Args()) {
+			return f.process(ctx, cmd, next, maybeTx)
+		}
+		return f.answered(ctx, cmd, next, next(ctx, cmd))
+	}
+}
+
+// process is the facade's step for cmd, before next: it refuses cmd after
+// Close, hands a long command to the long budget and translates errors.
+// maybeTx is what buildingWatch said when the chain was built.
+func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, maybeTx bool) error {
+	if f.k.closed.Load() {
+		return ErrClosed
+	}
+	// One classification per command; ordinary ones go straight on.
+	if class := classifyCmd(cmd); class != classOrdinary {
+		return f.translate(ctx, f.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
+	}
+	return f.answered(ctx, cmd, next, next(ctx, cmd))
+}
+
+// answered returns err, what next answered an ordinary command, in
+// redisguard's terms.
+func (f *facade) answered(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
+	if err == nil {
+		return nil
+	}
+	return f.failedCmd(ctx, cmd, next, err)
+}
+
+// failedCmd is answered for a command that failed: a reply that says the
+// server cannot serve it now is ridden out (rideOut), unless the command is
+// marked NoRetry (go-redis's per-command switch; redisguard's health
+// checks), and what remains is translated.
+//
+//go:noinline
+func (f *facade) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
+	if notServing(err) && !cmd.NoRetry() {
+		err = f.ride.process(ctx, err, func(ctx context.Context) error { return next(ctx, cmd) })
+	}
+	f.nodes.sent.forget(cmd) // go-redis's attempts have ended
+	if f.topo != nil {
+		return f.leftover(ctx, cmd, f.translate(ctx, err))
+	}
+	return f.translate(ctx, err)
+}
+
+func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	f, maybeTx := h.f, h.f.adm.buildingWatch()
+	return func(ctx context.Context, cmds []redis.Cmder) error { return f.processBatch(ctx, cmds, next, maybeTx) }
+}
+
+// processBatch is process for a batch. A batch after Close, or one that
+// blocks, and a failed one run in functions of their own (see
+// nodeGuard.ProcessHook).
+func (f *facade) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, maybeTx bool) error {
+	if f.k.closed.Load() || batchIsBlocking(cmds) {
+		return f.unusualBatch(ctx, cmds, maybeTx)
+	}
+	return f.batchDone(ctx, cmds, next, next(ctx, cmds))
+}
+
+// batchDone returns err, what next answered a batch of ordinary commands,
+// in redisguard's terms.
+//
+// In Cluster mode err is the first command's error, of any node, that is
+// not nil, and failedBatch looks for refusals in every command: one node's
+// command may fail on its connection while another's is refused. A single
+// node's batch shows a refusal that needs riding out in err: it returns its
+// first command's reply, and LOADING and MASTERDOWN answer every command
+// alike. (READONLY answers only the writes: a pipeline whose first command
+// is a read keeps its writes' READONLY.)
+func (f *facade) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
+	if (err == nil || (err == redis.Nil && f.topo == nil)) && !f.nodes.sent.pending() {
+		return err
+	}
+	return f.failedBatch(ctx, cmds, next, err)
+}
+
+// failedBatch is batchDone for a batch that failed: its commands refused
+// with a reply that says the server cannot serve them now are ridden out
+// (rideOut.batch), and what remains is translated. In Cluster mode every
+// failed batch is searched for them, whatever failed first and after the
+// caller's context has ended too (rideOut then types them at once), so that
+// none reaches the caller raw; a single node's batch when its error is a
+// reply (see batchDone).
+//
+//go:noinline
+func (f *facade) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
+	refusalsShow := f.topo != nil || err == redis.Nil || isRedisReply(err)
+	if refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+		err = f.ride.batch(ctx, cmds, next, err)
+	}
+	f.nodes.sent.forget(cmds...) // the caller's operation ends here
+	if f.topo == nil {
+		if batchAnswered(err) {
+			// A single node's replies, all read: nothing to translate.
+			return err
+		}
+		return translateBatch(ctx, cmds, err, f.translate)
+	}
+	// A cluster batch's commands may hold what node guards sealed, and
+	// what go-redis's transaction loop stamped on them after the guard
+	// (a raw read error): each gets its caller's error.
+	var unknown error
+	for _, cmd := range cmds {
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cerr = f.leftover(ctx, cmd, f.translate(ctx, cerr))
+			cmd.SetErr(cerr)
+			if unknown == nil && errors.Is(cerr, ErrOutcomeUnknown) {
+				unknown = cerr
+			}
+		}
+	}
+	if err == nil || err == redis.Nil {
+		return err
+	}
+	if unknown != nil {
+		return unknown
+	}
+	return f.leftover(ctx, nil, f.translate(ctx, err))
+}
+
+// leftover types a network error that reached the cluster facade past
+// every node guard: go-redis's cluster transaction loop reads EXEC's reply
+// itself and hands the raw read error on. Like the guard's (callerError), it
+// ends a command that may have run and is not safe to repeat with
+// ErrOutcomeUnknown, and any other with ErrNodeFailed, naming the node the
+// error names.
+func (f *facade) leftover(ctx context.Context, cmd redis.Cmder, err error) error {
+	if !isNetworkError(err) || isGuardError(err) || contextDone(ctx) != nil {
+		return err
+	}
+	addr := ""
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Addr != nil {
+		addr = opErr.Addr.String()
+	}
+	n, ok := f.nodes.lookup(addr)
+	if !ok {
+		n = &node{addr: addr}
+	}
+	if cmd != nil && mayHaveRun(ctx, err) && !repeatable(cmd) {
+		return n.outcomeUnknown(cmd, err)
+	}
+	return n.unreachable(err)
+}
+
+// unusualBatch is the facade's step for a batch after Close, or one that
+// blocks: a transaction (MULTI ... EXEC) is ordinary even with BLPOP inside,
+// since Redis never blocks within EXEC; any other batch holding a blocking
+// command goes to the long budget.
+//
+//go:noinline
+func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, maybeTx bool) error {
+	if f.k.closed.Load() {
+		return failBatch(cmds, ErrClosed)
+	}
+	err := f.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
+	if err == nil {
+		return nil
+	}
+	return translateBatch(ctx, cmds, err, f.translate)
+}
+
+// translateBatch returns err, a batch's, through translate, and passes each
+// of its commands' errors through it too.
+//
+//go:noinline
+func translateBatch(ctx context.Context, cmds []redis.Cmder, err error, translate func(context.Context, error) error) error {
+	for _, cmd := range cmds {
+		if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
+			cmd.SetErr(translate(ctx, cerr))
+		}
+	}
+	return translate(ctx, err)
+}
+
+// translate maps what go-redis returns onto the documented error set. Redis
+// replies (including redis.Nil) pass through untouched: they are answers.
+func (f *facade) translate(ctx context.Context, err error) error {
+	if err == nil || err == redis.Nil {
+		return err
+	}
+	err = unseal(err)
+	if isRedisReply(err) {
+		return err
+	}
+	if f.k.closed.Load() || errors.Is(err, redis.ErrClosed) {
+		return ErrClosed
+	}
+	if ctxErr := contextDone(ctx); ctxErr != nil && !isGuardError(err) {
+		// The caller's own deadline or cancellation ended the call; go-redis
+		// reports it as an i/o timeout on the socket. Hand back ctx.Err()
+		// unchanged so callers can test it with ==.
+		return ctxErr
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return ErrPoolExhausted
+	}
+	return err
+}
+
+// contextDone returns the caller's context's error once it is done, and
+// DeadlineExceeded as soon as its deadline has passed: go-redis sets the
+// socket deadline from the context, and the socket can fire a hair before
+// the context's own timer. A context admission derived for a long call
+// (withCaller) answers for the caller's: its own deadline is a read budget,
+// and a server that overruns it is failing, not the caller giving up.
+func contextDone(ctx context.Context) error {
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		ctx = caller
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// callerKey keys the caller's own context in one derived from it.
+type callerKey struct{}
+
+// withCaller returns derived, marked as derived from caller (see
+// contextDone).
+func withCaller(derived, caller context.Context) context.Context {
+	return context.WithValue(derived, callerKey{}, caller)
+}
+
+// isRedisReply reports whether err is an error reply from the server.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// isGuardError reports whether err is one of redisguard's own decisions,
+// which take precedence over a context that expired meanwhile.
+func isGuardError(err error) bool {
+	return errors.Is(err, ErrNodeUnavailable) || errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrOutcomeUnknown) ||
+		errors.Is(err, ErrClusterFailover) || errors.Is(err, ErrSlotMapCorruption) || errors.Is(err, ErrNotServing) ||
+		errors.Is(err, ErrNodeFailed)
+}
