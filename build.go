@@ -53,6 +53,10 @@ type clientSpec struct {
 	addr string         // probe, sentinel question, replica: where to connect
 	wait time.Duration  // probe, sentinel question: the bound on each step
 
+	// watch, for the ordinary client in Standalone and Sentinel mode, is
+	// where newGoRedis stores the client Watch runs on (watchClient).
+	watch **redis.Client
+
 	// Dedicated clients.
 	guard  nodeGuard  // the node's guard
 	socket socketHook // hands the dialled socket to the dedicated connection
@@ -95,6 +99,8 @@ type hookable interface {
 //     without a go-redis log line (quietDial).
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
+//   - watch: built with the ordinary client in Standalone and Sentinel mode,
+//     a clone of it that shares its pools, for Watch (watchClient).
 //
 // The hooks of each client, outermost first. [sentinelMaster] is there in
 // Sentinel mode only; "dials" marks a userLayer that runs the user's dial
@@ -108,6 +114,7 @@ type hookable interface {
 //	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
 //	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
 //	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
+//	  watch       as ordinary, without subscriptionBudget; its nodeGuard+facadeHook marked tx
 //	Cluster
 //	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
 //	              node clients:   userLayer dials, [replicaHook], nodeGuard, subscriptionBudget, extensions
@@ -226,11 +233,6 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		cl.AddHook(h.user.layer(ordinary))
-		cl.AddHook(h.sentinel)
-		if ordinary && h.replicas != nil {
-			cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
-		}
 		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
 		g.long = s.kind == clientLong
 		if g.n == h.sentinel.role {
@@ -242,7 +244,18 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		if ordinary {
 			g.facade = h.facade.c
 		}
-		cl.AddHook(g)
+		install := func(cl *redis.Client, g nodeGuard) {
+			cl.AddHook(h.user.layer(ordinary))
+			cl.AddHook(h.sentinel)
+			if ordinary && h.replicas != nil {
+				cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
+			}
+			cl.AddHook(g)
+		}
+		if ordinary {
+			s.watchClient(cl, g, install)
+		}
+		install(cl, g)
 		if ordinary {
 			cl.AddHook(h.budget)
 		}
@@ -329,20 +342,28 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		cl := redis.NewClient(uo.Simple())
 		g := s.nodes.guard(cl.Options().Addr)
 		g.long = s.kind == clientLong
+		install := func(cl *redis.Client, g nodeGuard) {
+			switch {
+			case ordinary && h.pending != nil:
+				// Outermost the user's hooks, then the hand-over to the
+				// Cluster-mode Client the server's first answer may call for.
+				cl.AddHook(h.user.layer(true))
+				cl.AddHook(h.pending)
+			default:
+				cl.AddHook(h.user.layer(false)) // dials; on the ordinary client the guard runs the rest
+			}
+			cl.AddHook(g)
+		}
 		switch {
 		case ordinary && h.pending != nil:
-			// Outermost the user's hooks, then the hand-over to the
-			// Cluster-mode Client the server's first answer may call for.
-			cl.AddHook(h.user.layer(true))
-			cl.AddHook(h.pending)
 			g.facade = h.facade.c
 		case ordinary:
-			cl.AddHook(h.user.layer(false)) // dials; the guard runs the rest
 			g.facade, g.user = h.facade.c, h.user
-		default:
-			cl.AddHook(h.user.layer(false))
 		}
-		cl.AddHook(g)
+		if ordinary {
+			s.watchClient(cl, g, install)
+		}
+		install(cl, g)
 		if ordinary {
 			cl.AddHook(h.budget)
 		}
@@ -353,6 +374,26 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		watchMaintenance(cl, mn, s.k.clock)
 		return cl
 	}
+}
+
+// watchClient builds the client the Watch transactions of cl, a Standalone
+// or Sentinel ordinary client without hooks yet, run on, and stores it in
+// s.watch. It is go-redis's clone of cl (WithTimeout, with cl's timeouts),
+// which shares cl's pools: a Tx takes its connection from cl's pool, as it
+// would from cl, and every dial is cl's. Its hooks are its own, and
+// install puts on it what it puts on cl, but for the guard, which is g
+// marked tx: every chain built on the clone is a Tx's (go-redis's newTx
+// clones the client's hooks), and so every command the guard's facade
+// step sees there is sent on a Tx. The clone is never closed: closing cl
+// closes the pools they share, and the clone owns nothing else.
+func (s clientSpec) watchClient(cl *redis.Client, g nodeGuard, install func(*redis.Client, nodeGuard)) {
+	opt := cl.Options()
+	w := cl.WithTimeout(opt.ReadTimeout)
+	w.Options().WriteTimeout = opt.WriteTimeout // WithTimeout set both; w is not in use yet
+	g.tx = true
+	install(w, g)
+	s.hooks.ext.apply(w, RoleWatch)
+	*s.watch = w
 }
 
 // longClient builds the long client (admission.go) and says which guard a

@@ -38,6 +38,7 @@ type Client struct {
 	ride     *rideOut        // waits out the replies that say a server cannot serve now
 	pending  *pendingMode    // ModeAuto's question, when the server gave no answer at NewClient; nil otherwise
 	replicas *replicas       // replica reads (Config.ReadFrom); nil without
+	watch    *redis.Client   // Standalone and Sentinel: the client Watch runs on (watch.go); nil in Cluster mode
 
 	closeOnce sync.Once
 	closeErr  error
@@ -160,7 +161,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	c.adm.hooks = c.hooks
 	c.subs.hooks = c.hooks
 	c.UniversalClient = newGoRedis(clientSpec{
-		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks,
+		kind: clientOrdinary, k: c.core, nodes: c.nodes, poolSize: resolved.MaxConnections, hooks: c.hooks, watch: &c.watch,
 	}).(redis.UniversalClient)
 	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
 		c.div.cluster = cc
@@ -244,10 +245,10 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook is the Cluster client's: a plain command (plainCommand), the
 // common one, goes on from the hook's own frame, as in the node guard.
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	c, maybeTx := h.c, h.c.adm.buildingWatch()
+	c := h.c
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if c.closed.Load() || !plainCommand(cmd.Args()) {
-			return c.process(ctx, cmd, next, maybeTx)
+			return c.process(ctx, cmd, next, false) // a Tx runs on a node client, below
 		}
 		return c.answered(ctx, cmd, next, next(ctx, cmd))
 	}
@@ -255,14 +256,14 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // process is the facade's step for cmd, before next: it refuses cmd after
 // Close, hands a long command to the long budget and translates errors.
-// maybeTx is what buildingWatch said when the chain was built.
-func (c *Client) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, maybeTx bool) error {
+// onTx says that cmd is sent on a Watch transaction's Tx (nodeGuard.tx).
+func (c *Client) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, onTx bool) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
 	// One classification per command; ordinary ones go straight on.
 	if class := classifyCmd(cmd); class != classOrdinary {
-		return c.translate(ctx, c.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
+		return c.translate(ctx, c.adm.process(ctx, cmd, class, onTx))
 	}
 	return c.answered(ctx, cmd, next, next(ctx, cmd))
 }
@@ -294,16 +295,16 @@ func (c *Client) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.Proc
 }
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	c, maybeTx := h.c, h.c.adm.buildingWatch()
-	return func(ctx context.Context, cmds []redis.Cmder) error { return c.processBatch(ctx, cmds, next, maybeTx) }
+	c := h.c
+	return func(ctx context.Context, cmds []redis.Cmder) error { return c.processBatch(ctx, cmds, next, false) }
 }
 
 // processBatch is process for a batch. A batch after Close, or one that
 // blocks, and a failed one run in functions of their own (see
 // nodeGuard.ProcessHook).
-func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, maybeTx bool) error {
+func (c *Client) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, onTx bool) error {
 	if c.closed.Load() || batchIsBlocking(cmds) {
-		return c.unusualBatch(ctx, cmds, maybeTx)
+		return c.unusualBatch(ctx, cmds, onTx)
 	}
 	return c.batchDone(ctx, cmds, next, next(ctx, cmds))
 }
@@ -400,11 +401,11 @@ func (c *Client) leftover(ctx context.Context, cmd redis.Cmder, err error) error
 // command goes to the long budget.
 //
 //go:noinline
-func (c *Client) unusualBatch(ctx context.Context, cmds []redis.Cmder, maybeTx bool) error {
+func (c *Client) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool) error {
 	if c.closed.Load() {
 		return failBatch(cmds, ErrClosed)
 	}
-	err := c.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
+	err := c.adm.processBatch(ctx, cmds, onTx)
 	if err == nil {
 		return nil
 	}

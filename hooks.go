@@ -30,7 +30,8 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 //	})
 //
 // fn is called now with each go-redis client the Client runs for the
-// user's commands (the ordinary client, and the long client once a blocking
+// user's commands (the ordinary client, the one Watch transactions run on
+// in Standalone and Sentinel mode, and the long client once a blocking
 // call has built it), and later with every such client the Client builds:
 // the long client and the clients of blocking calls' dedicated connections.
 // It returns fn's first error; if fn fails on the ordinary client, fn is not
@@ -103,6 +104,11 @@ const (
 	// RoleReplica serves the reads of a Sentinel-managed master's replica
 	// (Config.ReadFrom).
 	RoleReplica ClientRole = "replica"
+	// RoleWatch runs the transactions of Watch in Standalone and Sentinel
+	// mode, a go-redis clone of the ordinary client that shares its pools:
+	// its PoolStats are the ordinary client's. (In Cluster mode a
+	// transaction runs on a node client of the ordinary client.)
+	RoleWatch ClientRole = "watch"
 )
 
 // IsOwnCommand reports whether cmd is one redisguard sends itself on a
@@ -129,6 +135,11 @@ func (c *Client) instrument(fn func(redis.UniversalClient, ClientRole) error) er
 		return c.subs.withSharded(func(sharded *redis.ClusterClient) error {
 			if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
 				return err
+			}
+			if c.watch != nil {
+				if err := fn(c.watch, RoleWatch); err != nil {
+					return err
+				}
 			}
 			if long != nil {
 				if err := fn(long, RoleLong); err != nil {

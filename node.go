@@ -261,6 +261,11 @@ type nodeGuard struct {
 	// connections are not cut when the breaker opens (a blocking call ends
 	// through admission's CLIENT UNBLOCK, never by a cut).
 	long bool
+	// tx, with facade, is set on the guard of the Watch client (see
+	// newGoRedis), whose every chain is a Watch transaction's: the facade's
+	// step refuses the blocking commands sent on it (ErrBlockingInWatch),
+	// which must not leave the watched connection.
+	tx bool
 }
 
 // node returns the node the next command is charged to.
@@ -331,9 +336,6 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 // client's hook chain again for every command it sends alone.
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	ch := &guardChain{g: g, next: next}
-	if g.facade != nil {
-		ch.maybeTx = g.facade.adm.buildingWatch()
-	}
 	return ch.step(g.user != nil)
 }
 
@@ -450,9 +452,6 @@ func (n *node) ended(long bool) {
 type guardChain struct {
 	g    nodeGuard
 	next redis.ProcessHook // the rest of go-redis's chain
-	// maybeTx, with g.facade, is what the facade's buildingWatch said when
-	// the chain was built.
-	maybeTx bool
 	// users, with g.user, is the user's hooks around step(false), built
 	// for the first command that meets a user hook.
 	users atomic.Pointer[wrapped[redis.ProcessHook]]
@@ -463,7 +462,7 @@ func (ch *guardChain) full(ctx context.Context, cmd redis.Cmder) error {
 	if ch.g.facade == nil {
 		return ch.next(ctx, cmd)
 	}
-	return ch.g.facade.process(ctx, cmd, ch.next, ch.maybeTx)
+	return ch.g.facade.process(ctx, cmd, ch.next, ch.g.tx)
 }
 
 // viaUser runs cmd through the user's hooks, then the guard.
@@ -610,9 +609,6 @@ func (g *nodeGuard) seal(err error, onTx bool) error {
 // client's hook chain again for every batch it sends.
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	bc := &batchChain{g: g, next: next}
-	if g.facade != nil {
-		bc.maybeTx = g.facade.adm.buildingWatch()
-	}
 	return bc.step(g.user != nil)
 }
 
@@ -647,10 +643,9 @@ func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 
 // batchChain is a nodeGuard's pipeline hook around one next.
 type batchChain struct {
-	g       nodeGuard
-	next    redis.ProcessPipelineHook
-	maybeTx bool                                               // as for guardChain
-	users   atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
+	g     nodeGuard
+	next  redis.ProcessPipelineHook
+	users atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
 }
 
 // full runs next behind the facade's step, when this hook runs it.
@@ -658,7 +653,7 @@ func (bc *batchChain) full(ctx context.Context, cmds []redis.Cmder) error {
 	if bc.g.facade == nil {
 		return bc.next(ctx, cmds)
 	}
-	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.maybeTx)
+	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.g.tx)
 }
 
 // viaUser runs cmds through the user's hooks, then the guard.
