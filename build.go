@@ -28,6 +28,9 @@ const (
 	// clientSharded runs the sharded subscriptions of a Cluster-mode Client
 	// (subscription_sharded.go), built on the first SSubscribe.
 	clientSharded
+	// clientSubscriptions runs the subscriptions of Subscribe and
+	// PSubscribe (subscription_client.go), built on the first.
+	clientSubscriptions
 	// clientReplica serves the reads a Sentinel-managed master's replica
 	// takes (replica_sentinel.go): a node client of its own.
 	clientReplica
@@ -68,7 +71,7 @@ type clientHooks struct {
 	user     *userHooks         // Client.AddHook's hooks: outermost on every client
 	ext      *extensions        // Client.Instrument's functions: long and dedicated clients get them when built
 	facade   facadeHook         // ordinary client
-	budget   subscriptionBudget // ordinary client (its node clients in Cluster mode)
+	budget   subscriptionBudget // subscriptions client (its node clients in Cluster mode)
 	div      divergenceHook     // Cluster mode
 	topo     *topology          // Cluster mode: the single-flight slot-map cache
 	sentinel *sentinelMaster    // Sentinel mode
@@ -109,19 +112,21 @@ type hookable interface {
 // go-redis appends innermost (on node clients, for a cluster client).
 //
 //	Standalone, Sentinel
-//	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, subscriptionBudget, extensions
+//	  ordinary    userLayer, [sentinelMaster], nodeGuard+facadeHook, extensions
 //	              (Standalone: userLayer dials, user hooks+nodeGuard+facadeHook, ...)
 //	  long        userLayer dials, [sentinelMaster], nodeGuard no breakers, extensions
 //	  dedicated   userLayer dials, nodeGuard no breakers, socketHook, extensions
 //	  replica     userLayer dials, nodeGuard, extensions (Sentinel)
-//	  watch       as ordinary, without subscriptionBudget; its nodeGuard+facadeHook marked tx
+//	  watch       as ordinary; its nodeGuard+facadeHook marked tx
+//	  subscriptions  userLayer (no set-up marks), [sentinelMaster], nodeGuard subscriptions, subscriptionBudget, extensions
 //	Cluster
 //	  ordinary    cluster client: userLayer, stepCountHook, facadeHook, divergenceHook
-//	              node clients:   userLayer dials, [replicaHook], nodeGuard, subscriptionBudget, extensions
+//	              node clients:   userLayer dials, [replicaHook], nodeGuard, extensions
 //	  long        cluster client: stepCountHook, divergenceHook
 //	              node clients:   userLayer dials, nodeGuard, extensions
 //	  sharded     cluster client: stepCountHook, divergenceHook
-//	              node clients:   userLayer dials, nodeGuard, subscriptionBudget (slot owner), extensions
+//	              node clients:   userLayer dials, nodeGuard subscriptions, subscriptionBudget (slot owner), extensions
+//	  subscriptions  as sharded, subscriptionBudget (any node)
 //	  dedicated   userLayer dials, nodeGuard, socketHook, extensions
 //	probe, sentinel question: quietDial
 //
@@ -152,13 +157,15 @@ type hookable interface {
 // dedicated set-up marks rely on it), not of shape.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
-	case clientOrdinary, clientLong, clientSharded:
+	case clientOrdinary, clientLong, clientSharded, clientSubscriptions:
 		cl := newNodeClient(s)
 		switch s.kind {
 		case clientLong:
 			s.hooks.ext.apply(cl, RoleLong)
 		case clientSharded:
 			s.hooks.ext.apply(cl, RoleSharded)
+		case clientSubscriptions:
+			s.hooks.ext.apply(cl, RoleSubscriptions)
 		}
 		return cl
 	case clientDedicated:
@@ -226,6 +233,11 @@ func newGoRedis(s clientSpec) hookable {
 func newNodeClient(s clientSpec) redis.UniversalClient {
 	cfg, h := s.k.cfg, s.hooks
 	ordinary := s.kind == clientOrdinary
+	// A subscription client dials for its subscriptions alone: its pools,
+	// with no idle connections to keep (longOnly), are never used, and in
+	// Cluster mode its node clients' guards answer CLUSTER SLOTS from the
+	// topology cache.
+	subs := s.kind == clientSharded || s.kind == clientSubscriptions
 	uo := s.k.options(s.poolSize)
 	if !ordinary {
 		longOnly(uo)
@@ -244,8 +256,13 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		if ordinary {
 			g.facade = h.facade.c
 		}
+		g.subscriptions = subs
 		install := func(cl *redis.Client, g nodeGuard) {
-			cl.AddHook(h.user.layer(ordinary))
+			if subs {
+				cl.AddHook(h.user.subscriptionLayer())
+			} else {
+				cl.AddHook(h.user.layer(ordinary))
+			}
 			cl.AddHook(h.sentinel)
 			if ordinary && h.replicas != nil {
 				cl.AddHook(sentinelReadHook{r: h.replicas, sm: h.sentinel})
@@ -256,7 +273,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			s.watchClient(cl, g, install)
 		}
 		install(cl, g)
-		if ordinary {
+		if subs {
 			cl.AddHook(h.budget)
 		}
 		return cl
@@ -294,7 +311,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			co.ShardPicker = cfg.ShardPicker
 		}
 		if cfg.ClusterSlots != nil {
-			// Every cluster client's map comes through the one cache.
+			// Every cluster client's map comes through the one cache. A
+			// subscription client's CLUSTER SLOTS never leaves its node
+			// clients' guards (topology.answer).
 			co.ClusterSlots = h.topo.clusterSlots(cfg.ClusterSlots)
 		}
 		co.NewClient = func(opt *redis.Options) *redis.Client {
@@ -309,12 +328,13 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			}
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
+			g.subscriptions = subs
 			cl.AddHook(g)
 			watchMaintenance(cl, g.n, s.k.clock)
 			reloadOnMigrated(cl, h.topo)
 			// Subscriptions dial through the node clients.
 			switch s.kind {
-			case clientOrdinary:
+			case clientSubscriptions:
 				cl.AddHook(h.budget)
 			case clientSharded:
 				cl.AddHook(subscriptionBudget{h.budget.subs, routeSlotOwner})
@@ -336,14 +356,17 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		// client it ends a redirect cycle of go-redis's own loop typed too.
 		cc.AddHook(h.div)
 		// Its CLUSTER SLOTS go through the shared single-flight cache.
-		h.topo.attach(cc)
+		h.topo.attach(cc, ordinary)
 		return cc
 	default:
 		cl := redis.NewClient(uo.Simple())
 		g := s.nodes.guard(cl.Options().Addr)
 		g.long = s.kind == clientLong
+		g.subscriptions = subs
 		install := func(cl *redis.Client, g nodeGuard) {
 			switch {
+			case subs:
+				cl.AddHook(h.user.subscriptionLayer())
 			case ordinary && h.pending != nil:
 				// Outermost the user's hooks, then the hand-over to the
 				// Cluster-mode Client the server's first answer may call for.
@@ -364,7 +387,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			s.watchClient(cl, g, install)
 		}
 		install(cl, g)
-		if ordinary {
+		if subs {
 			cl.AddHook(h.budget)
 		}
 		mn := g.n

@@ -124,9 +124,8 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 		n, ok := c.nodes.lookup(addr)
 		return ok && n.br.State() == breaker.Open
 	}
-	// Subscriptions dial through the ordinary client's dial hook (each node
-	// client's in Cluster mode), and are moved off a node that stops
-	// answering (subscription_move.go).
+	// Subscriptions run on clients of their own (subscription_client.go),
+	// and are moved off a node that stops answering (subscription_move.go).
 	c.subs = newSubscriptions(c.core, c.adm, c.nodes, c.topo, c.sentinel)
 	budget := subscriptionBudget{c.subs, routeAsked}
 	switch {

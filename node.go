@@ -266,6 +266,12 @@ type nodeGuard struct {
 	// step refuses the blocking commands sent on it (ErrBlockingInWatch),
 	// which must not leave the watched connection.
 	tx bool
+	// subscriptions is set on the guards of the clients that run
+	// subscriptions alone (newGoRedis): every dial they see is a
+	// subscription's, left to subscriptionBudget inside them, and every
+	// handshake a subscription connection's, whose failure goes to the
+	// PubSub's caller unmarked (nodeGuard.handshake).
+	subscriptions bool
 }
 
 // node returns the node the next command is charged to.
@@ -276,8 +282,9 @@ func (g *nodeGuard) node() *node {
 	return g.n
 }
 
-// DialHook dials the node's pool connections, and leaves a subscription's
-// dial to subscriptionBudget, inside it, which routes it.
+// DialHook dials the node's pool connections. A subscriptions client's
+// guard leaves its dials, all subscriptions', to subscriptionBudget, inside
+// it, which routes them.
 //
 // A pool dial never fails as go-redis's pool sees it: a failed one, or one
 // refused because the node's breaker is open, "succeeds" with a
@@ -292,13 +299,13 @@ func (g *nodeGuard) node() *node {
 // The connections of an ordinary client are tracked (connSet), so that an
 // opening breaker answers every command waiting on one.
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
+	if g.subscriptions {
+		return next
+	}
 	if g.facade != nil {
 		next = facadeHook{g.facade}.DialHook(next)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if onStack(pubSubDialer) {
-			return next(ctx, network, addr)
-		}
 		n := g.node()
 		if n.br.State() == breaker.Open {
 			return refusedConn{setupFailure(n.unavailable, true)}, nil
@@ -509,9 +516,12 @@ func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sam
 		// Setting up a connection: nothing of the facade's applies (its
 		// replies are go-redis's to judge, and a refusal is the caller's
 		// command's to ride out).
-		return handshake(ch.next(ctx, cmd), isHello(cmd))
+		return g.handshake(ch.next(ctx, cmd), isHello(cmd))
 	}
 	if g.nodes.topo != nil && isClusterSlots(cmd) {
+		if g.subscriptions {
+			return g.nodes.topo.answer(ctx, cmd) // nothing is sent: its pool dials nothing
+		}
 		if n.br.State() == breaker.Open {
 			// Never spend a half-open node's single probe, or a full
 			// timeout, on a topology call: go-redis asks another node.
@@ -702,7 +712,7 @@ func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) 
 		return failBatch(cmds, ErrClosed) // Close outranks the breaker and a set-up, as in ProcessHook
 	}
 	if len(cmds) > 0 && isHandshake(ctx, cmds[0]) {
-		return handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
+		return g.handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
 	}
 	if g.nodes.sent.pending() {
 		// go-redis sends a failed batch again whole: not the commands of it
@@ -862,6 +872,16 @@ func (g *nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Out
 	return o
 }
 
+// handshake is the guard's answer to a command go-redis sent while setting
+// up a fresh connection: a subscription connection's failure unmarked, any
+// other's marked (handshake).
+func (g *nodeGuard) handshake(err error, first bool) error {
+	if g.subscriptions {
+		return err
+	}
+	return handshake(err, first)
+}
+
 // handshake marks the network failure of a command go-redis sent while
 // setting up a fresh connection (setup.go); first says the command was the
 // HELLO that opens the handshake, before which the server has answered
@@ -871,7 +891,7 @@ func handshake(err error, first bool) error {
 		return refused // the guard's own verdict on the dial (nodeGuard.DialHook)
 	}
 	if err != nil && isNetworkError(err) {
-		return markHandshake(err, !first)
+		return setupFailure(err, !first)
 	}
 	return err
 }

@@ -37,7 +37,7 @@ type subscriptions struct {
 	nodes  *nodeSet        // breakers, by address
 	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
 	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
-	hooks  *clientHooks    // what the sharded-subscription client is built with; set before the first SSubscribe
+	hooks  *clientHooks    // what the subscription clients are built with; set before the first subscription
 
 	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
 
@@ -49,6 +49,7 @@ type subscriptions struct {
 	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
 	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
 	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
+	plain   redis.UniversalClient                     // guarded by mu; Subscribe's and PSubscribe's client, built on first use
 	closed  bool                                      // guarded by mu
 }
 

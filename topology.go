@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -43,6 +44,7 @@ type topology struct {
 
 	mu       sync.Mutex
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
+	source   *redis.ClusterClient   // guarded by mu; the ordinary client, which fetches the first map for answer
 
 	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
 	fetching    atomic.Bool                         // a fetch is in flight: calls wait for its map
@@ -56,10 +58,14 @@ type topology struct {
 
 func newTopology(k *core) *topology { return &topology{k: k} }
 
-// attach registers a cluster client whose slot map trigger reloads.
-func (t *topology) attach(cc *redis.ClusterClient) {
+// attach registers a cluster client whose slot map trigger reloads;
+// ordinary says it is the ordinary client.
+func (t *topology) attach(cc *redis.ClusterClient, ordinary bool) {
 	t.mu.Lock()
 	t.clusters = append(t.clusters, cc)
+	if ordinary {
+		t.source = cc
+	}
 	t.mu.Unlock()
 }
 
@@ -114,6 +120,44 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	}
 	return err
 }
+
+// answer answers cmd, a CLUSTER SLOTS go-redis is about to send on a node
+// client of a subscription client, without sending it: such a client's
+// pools must dial nothing, since its guards take every dial for a
+// subscription's. The answer is the map last fetched, however old: a map
+// past its interval asks every attached client to reload (trigger), and
+// the map that fetches, if it differs, reloads the subscription clients
+// too (adopt). Before any map was fetched, the ordinary client's node
+// clients fetch one, through their guards.
+func (t *topology) answer(ctx context.Context, cmd redis.Cmder) error {
+	sc, ok := cmd.(*redis.ClusterSlotsCmd)
+	if !ok {
+		return errNoSlotMap
+	}
+	slots := t.slots.Load()
+	switch {
+	case slots != nil && t.k.clock.Now().UnixNano() >= t.nextFetch.Load():
+		t.trigger()
+	case slots == nil:
+		t.mu.Lock()
+		src := t.source
+		t.mu.Unlock()
+		if src == nil {
+			return errNoSlotMap
+		}
+		if err := src.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+			return err
+		}
+		if slots = t.slots.Load(); slots == nil {
+			return errNoSlotMap
+		}
+	}
+	sc.SetVal(*slots)
+	return nil
+}
+
+// errNoSlotMap is answer's error while no node has answered CLUSTER SLOTS.
+var errNoSlotMap = errors.New("redisguard: no cluster slot map fetched yet")
 
 // clusterSlots wraps Config.ClusterSlots for go-redis, which calls it in
 // place of sending CLUSTER SLOTS: its calls share the cache as those would.

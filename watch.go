@@ -3,7 +3,6 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"runtime"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -144,20 +143,4 @@ func unsealTx(err error) error {
 		return s.err
 	}
 	return unseal(err)
-}
-
-// onStack reports whether fn, a fully qualified function name as
-// runtime.Frame spells it, is among the current goroutine's callers.
-func onStack(fn string) bool {
-	var pcs [64]uintptr
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
-	for {
-		f, more := frames.Next()
-		if f.Function == fn {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
 }
