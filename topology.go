@@ -142,10 +142,15 @@ func (t *topology) answer(ctx context.Context, cmd redis.Cmder) error {
 		t.mu.Lock()
 		src := t.source
 		t.mu.Unlock()
-		if src == nil {
+		if src == nil || t.k.clock.Now().UnixNano() < t.nextFetch.Load() {
+			// No client to fetch with, or its fetch has just failed: go-redis
+			// asks each node in turn, and each would fetch again.
 			return errNoSlotMap
 		}
-		if err := src.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+		_, err, _ := t.sf.Do("first", func() (any, error) {
+			return nil, src.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil })
+		})
+		if err != nil {
 			return err
 		}
 		if slots = t.slots.Load(); slots == nil {
