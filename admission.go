@@ -54,7 +54,6 @@ type admission struct {
 	closing chan struct{} // closed by close: wakes permit waiters and unblock loops
 
 	exhaustions atomic.Uint64 // long operations refused with ErrPoolExhausted
-	watching    atomic.Int64  // Client.Watch calls running (buildingWatch)
 	exhaustLog  logLimiter    // keeps a saturated budget from flooding the log
 
 	// guard returns the hook that guards a dedicated connection to addr,

@@ -31,11 +31,19 @@ const (
 	// clientReplica serves the reads a Sentinel-managed master's replica
 	// takes (replica_sentinel.go): a node client of its own.
 	clientReplica
+	// clientSubscriptions runs the subscriptions of Subscribe and
+	// PSubscribe (subscription_client.go), built on the first.
+	clientSubscriptions
+	// clientWatch runs the Watch transactions of a Standalone or Sentinel
+	// Client (watch.go): built with the ordinary client, a go-redis clone of
+	// it that shares its pools (watchClient).
+	clientWatch
 )
 
 var kindNames = [...]string{
 	clientOrdinary: "ordinary", clientLong: "long", clientDedicated: "dedicated", clientProbe: "probe",
 	clientSentinelQuestion: "sentinel question", clientSharded: "sharded", clientReplica: "replica",
+	clientSubscriptions: "subscriptions", clientWatch: "watch",
 }
 
 func (k clientKind) String() string { return kindNames[k] }
@@ -54,8 +62,11 @@ type clientSpec struct {
 	// the ordinary client's node set, whose guards score the long calls:
 	// its nodes hear the long connections' maintenance notifications.
 	scoring *nodeSet
-	// The ordinary client's own hooks; budget the sharded client's too.
-	front  frontHooks
+	// The ordinary client's own hooks, and where newGoRedis stores the
+	// client Watch runs on in Standalone and Sentinel mode (watchClient).
+	front frontHooks
+	watch **redis.Client
+	// The subscription clients' budget: where their dials go.
 	budget subscriptionBudget
 
 	// Dedicated, probe, sentinel-question and replica clients.
@@ -133,12 +144,16 @@ type hookable interface {
 //     without a go-redis log line (quietDial).
 //   - replica: base at addr with poolSize connections, the node client of a
 //     Sentinel-managed replica that serves reads (Config.ReadFrom).
+//   - subscriptions and sharded: as long, for subscriptions alone; their
+//     pools are never used (subscriptionBudget).
+//   - watch: built with the ordinary client in Standalone and Sentinel
+//     mode, a clone of it that shares its pools (watchClient).
 //
 // Each client's hooks are its chain in hookOrder (hookorder.go), which
 // testdata/hook-order.txt prints.
 func newGoRedis(s clientSpec) hookable {
 	switch s.kind {
-	case clientOrdinary, clientLong, clientSharded:
+	case clientOrdinary, clientLong, clientSharded, clientSubscriptions:
 		return newNodeClient(s)
 	case clientDedicated:
 		opt := *s.base
@@ -227,6 +242,8 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		parts.role = RoleLong
 	case clientSharded:
 		parts.role = RoleSharded
+	case clientSubscriptions:
+		parts.role = RoleSubscriptions
 	}
 	switch cfg.Mode {
 	case ModeSentinel:
@@ -240,6 +257,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			g.follow = h.sentinel
 		}
 		parts.guard = g
+		if ordinary {
+			s.watchClient(cl, parts, false)
+		}
 		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, parts)
 		return cl
 	case ModeCluster:
@@ -313,7 +333,11 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		parts.guard = g
 		// While ModeAuto waits, the hand-over to the Cluster-mode Client
 		// sits between the user's hooks and the guard.
-		chainOf(s.kind, ModeStandalone, levelClient, ordinary && h.pending != nil).install(cl, parts)
+		pending := ordinary && h.pending != nil
+		if ordinary {
+			s.watchClient(cl, parts, pending)
+		}
+		chainOf(s.kind, ModeStandalone, levelClient, pending).install(cl, parts)
 		mn := g.n
 		if s.scoring != nil {
 			mn = s.scoring.get(mn.addr)
@@ -321,6 +345,25 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		watchMaintenance(cl, mn, s.k.clock, h.movedAt(""))
 		return cl
 	}
+}
+
+// watchClient builds the client the Watch transactions of cl, a Standalone
+// or Sentinel ordinary client without hooks yet, run on, and stores it in
+// s.watch. It is go-redis's clone of cl (WithTimeout, with cl's timeouts),
+// which shares cl's pools: a Tx takes its connection from cl's pool, as it
+// would from cl, and every dial is cl's. Its hooks are its own chain
+// (clientWatch), whose guard knows it is a Tx's: every chain built on the
+// clone is one (go-redis's newTx clones the client's hooks), so every
+// command the guard's facade step sees there is sent on a Tx. The clone is
+// never closed: closing cl closes the pools they share, and the clone owns
+// nothing else.
+func (s clientSpec) watchClient(cl *redis.Client, parts chainHooks, pending bool) {
+	opt := cl.Options()
+	w := cl.WithTimeout(opt.ReadTimeout)
+	w.Options().WriteTimeout = opt.WriteTimeout // WithTimeout set both; w is not in use yet
+	parts.role = RoleWatch
+	chainOf(clientWatch, s.k.cfg.Mode, levelClient, pending).install(w, parts)
+	*s.watch = w
 }
 
 // longClient returns what builds the long client (admission.go) and says

@@ -47,6 +47,7 @@ func TestEveryClientSharesTheHandshake(t *testing.T) {
 // and hooks the hook-order table does not describe.
 func TestOnlyNewGoRedisBuildsClients(t *testing.T) {
 	ctor := regexp.MustCompile(`redis\.New(Client|ClusterClient|FailoverClient|FailoverClusterClient|SentinelClient|Ring|UniversalClient)\(`)
+	clone := regexp.MustCompile(`(\w+)\.WithTimeout\(`) // go-redis's clone sharing the pools
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	for _, f := range files {
@@ -56,6 +57,9 @@ func TestOnlyNewGoRedisBuildsClients(t *testing.T) {
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
 		assert.Empty(t, ctor.FindAllString(string(src), -1), "%s constructs a go-redis client outside newGoRedis", f)
+		for _, m := range clone.FindAllStringSubmatch(string(src), -1) {
+			assert.Equal(t, "context", m[1], "%s clones a go-redis client outside newGoRedis", f)
+		}
 	}
 	src, err := os.ReadFile("build.go")
 	require.NoError(t, err)

@@ -37,6 +37,7 @@ type Client struct {
 	fac      *facade         // the client-level step of every command (facade.go)
 	pending  *pendingMode    // ModeAuto's question, when the server gave no answer at NewClient; nil otherwise
 	replicas *replicas       // replica reads (Config.ReadFrom); nil without
+	watch    *redis.Client   // Standalone and Sentinel: the client Watch runs on (watch.go); nil in Cluster mode
 
 	closeOnce sync.Once
 	closeErr  error
@@ -112,9 +113,8 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	div := &divergence{k: k, topo: topo, nodes: nodes, probe: probeOpt}
 	hooks := &clientHooks{user: &userHooks{}, ext: ext, div: divergenceHook{div}, topo: topo, sentinel: sm, pending: pending}
 	adm := newAdmission(k, hooks, longClient(k, nodes, hooks), masterDown(resolved, nodes, sm))
-	// Subscriptions dial through the ordinary client's dial hook (each node
-	// client's in Cluster mode), and are moved off a node that stops
-	// answering (subscription_move.go).
+	// Subscriptions run on clients of their own (subscription_client.go),
+	// and are moved off a node that stops answering (subscription_move.go).
 	subs := newSubscriptions(k, adm, nodes, topo, sm, hooks)
 	fac := &facade{k: k, adm: adm, ride: newRideOut(resolved.ClusterNodeTimeout, readOnlyAnswered(resolved, nodes, sm)),
 		nodes: nodes, topo: topo}
@@ -135,7 +135,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	}
 	c.UniversalClient = newGoRedis(clientSpec{
 		kind: clientOrdinary, k: k, nodes: nodes, poolSize: resolved.MaxConnections, hooks: hooks,
-		front: frontHooks{facade: fac, replicas: reps}, budget: subs.budget(),
+		front: frontHooks{facade: fac, replicas: reps}, watch: &c.watch,
 	}).(redis.UniversalClient)
 	return c, nil
 }

@@ -437,7 +437,7 @@ func TestInstrumentRunsOncePerDedicatedClient(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, 3, given, "the ordinary client, the long client and one dedicated client")
+	assert.Equal(t, 4, given, "the ordinary and Watch clients, the long client and one dedicated client")
 }
 
 // A BLPOP parked on a master that hangs ends at its deadline with the

@@ -209,20 +209,19 @@ func batchOn(ctx context.Context, c *Client, cmds []redis.Cmder) error {
 	return err
 }
 
-// Subscribe is go-redis's Subscribe, on the Cluster-mode Client once the
-// server said cluster.
-func (c *Client) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
-	return c.current().UniversalClient.Subscribe(ctx, channels...)
-}
-
-// PSubscribe is go-redis's PSubscribe, on the Cluster-mode Client once the
-// server said cluster.
-func (c *Client) PSubscribe(ctx context.Context, patterns ...string) *redis.PubSub {
-	return c.current().UniversalClient.PSubscribe(ctx, patterns...)
-}
-
 // PoolStats is go-redis's PoolStats, of the Cluster-mode Client once the
 // server said cluster.
+//
+// Its PubSubStats are those of the subscriptions' own client, where
+// Subscribe and PSubscribe run (subscription_client.go), added to the
+// ordinary client's.
 func (c *Client) PoolStats() *redis.PoolStats {
-	return c.current().UniversalClient.PoolStats()
+	up := c.current()
+	stats := up.UniversalClient.PoolStats()
+	if subs := up.subs.poolStats(); subs != nil {
+		stats.PubSubStats.Created += subs.PubSubStats.Created
+		stats.PubSubStats.Untracked += subs.PubSubStats.Untracked
+		stats.PubSubStats.Active += subs.PubSubStats.Active
+	}
+	return stats
 }

@@ -42,10 +42,10 @@ func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook is the Cluster client's: a plain command (plainCommand), the
 // common one, goes on from the hook's own frame, as in the node guard.
 func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	f, maybeTx := h.f, h.f.adm.buildingWatch()
+	f := h.f
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if f.k.closed.Load() || !plainCommand(cmd.Args()) {
-			return f.process(ctx, cmd, next, maybeTx)
+			return f.process(ctx, cmd, next, false) // a Tx runs on a node client, below
 		}
 		return f.answered(ctx, cmd, next, next(ctx, cmd))
 	}
@@ -53,14 +53,14 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // process is the facade's step for cmd, before next: it refuses cmd after
 // Close, hands a long command to the long budget and translates errors.
-// maybeTx is what buildingWatch said when the chain was built.
-func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, maybeTx bool) error {
+// onTx says that cmd is sent on a Watch transaction's Tx (nodeGuard.tx).
+func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, onTx bool) error {
 	if f.k.closed.Load() {
 		return ErrClosed
 	}
 	// One classification per command; ordinary ones go straight on.
 	if class := classifyCmd(cmd); class != classOrdinary {
-		return f.translate(ctx, f.adm.process(ctx, cmd, class, maybeTx && sendingOnTx(false)))
+		return f.translate(ctx, f.adm.process(ctx, cmd, class, onTx))
 	}
 	return f.answered(ctx, cmd, next, next(ctx, cmd))
 }
@@ -92,16 +92,16 @@ func (f *facade) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.Proc
 }
 
 func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	f, maybeTx := h.f, h.f.adm.buildingWatch()
-	return func(ctx context.Context, cmds []redis.Cmder) error { return f.processBatch(ctx, cmds, next, maybeTx) }
+	f := h.f
+	return func(ctx context.Context, cmds []redis.Cmder) error { return f.processBatch(ctx, cmds, next, false) }
 }
 
 // processBatch is process for a batch. A batch after Close, or one that
 // blocks, and a failed one run in functions of their own (see
 // nodeGuard.ProcessHook).
-func (f *facade) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, maybeTx bool) error {
+func (f *facade) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, onTx bool) error {
 	if f.k.closed.Load() || batchIsBlocking(cmds) {
-		return f.unusualBatch(ctx, cmds, maybeTx)
+		return f.unusualBatch(ctx, cmds, onTx)
 	}
 	return f.batchDone(ctx, cmds, next, next(ctx, cmds))
 }
@@ -198,11 +198,11 @@ func (f *facade) leftover(ctx context.Context, cmd redis.Cmder, err error) error
 // command goes to the long budget.
 //
 //go:noinline
-func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, maybeTx bool) error {
+func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool) error {
 	if f.k.closed.Load() {
 		return failBatch(cmds, ErrClosed)
 	}
-	err := f.adm.processBatch(ctx, cmds, maybeTx && sendingOnTx(true))
+	err := f.adm.processBatch(ctx, cmds, onTx)
 	if err == nil {
 		return nil
 	}

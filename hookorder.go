@@ -36,6 +36,19 @@ const (
 	// and pipeline hooks outside itself while there are any (nodeGuard.user):
 	// where nothing sits between the user's dial layer and the guard.
 	layerGuardFacadeUser
+	// layerGuardFacadeTx and layerGuardFacadeUserTx are those on a client
+	// whose every chain is a Watch transaction's (nodeGuard.tx): the facade's
+	// step refuses the blocking commands sent there.
+	layerGuardFacadeTx
+	layerGuardFacadeUserTx
+	// layerGuardSubscriptions is the guard of a client that runs
+	// subscriptions alone (nodeGuard.subscriptions): every dial it sees is
+	// a subscription's, and every handshake a subscription connection's.
+	layerGuardSubscriptions
+	// layerUserSubscriptions runs the user's hooks on a Standalone or
+	// Sentinel subscriptions client, putting no set-up mark back on their
+	// errors (userHooks.subscriptionLayer).
+	layerUserSubscriptions
 	// layerStepCount counts a cluster command's steps (stepCountHook).
 	layerStepCount
 	// layerFacade is the facade's step (facadeHook) as a hook of its own.
@@ -58,22 +71,26 @@ const (
 )
 
 var layerNames = [...]string{
-	layerUser:            "user",
-	layerUserDials:       "user dials",
-	layerPending:         "pending",
-	layerSentinel:        "sentinel master",
-	layerSentinelReads:   "sentinel reads [ReadFrom]",
-	layerReplicas:        "replicas [ReadFrom]",
-	layerGuard:           "guard",
-	layerGuardFacade:     "guard+facade",
-	layerGuardFacadeUser: "user+guard+facade",
-	layerStepCount:       "step count",
-	layerFacade:          "facade",
-	layerDivergence:      "divergence",
-	layerBudget:          "subscription budget",
-	layerSocket:          "socket",
-	layerQuiet:           "quiet dial",
-	layerExtensions:      "extensions",
+	layerUser:               "user",
+	layerUserDials:          "user dials",
+	layerPending:            "pending",
+	layerSentinel:           "sentinel master",
+	layerSentinelReads:      "sentinel reads [ReadFrom]",
+	layerReplicas:           "replicas [ReadFrom]",
+	layerGuard:              "guard",
+	layerGuardFacade:        "guard+facade",
+	layerGuardFacadeUser:    "user+guard+facade",
+	layerGuardFacadeTx:      "guard+facade on a Tx",
+	layerGuardFacadeUserTx:  "user+guard+facade on a Tx",
+	layerGuardSubscriptions: "guard for subscriptions",
+	layerUserSubscriptions:  "user for subscriptions",
+	layerStepCount:          "step count",
+	layerFacade:             "facade",
+	layerDivergence:         "divergence",
+	layerBudget:             "subscription budget",
+	layerSocket:             "socket",
+	layerQuiet:              "quiet dial",
+	layerExtensions:         "extensions",
 }
 
 func (l layer) String() string { return layerNames[l] }
@@ -113,19 +130,28 @@ type chain struct {
 // Cluster mode the node is only known on the node clients, so the guard sits
 // there, inside every cluster-level hook, and the facade is a hook of its own.
 var hookOrder = []chain{
-	{kind: clientOrdinary, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUser, layerBudget, layerExtensions}},
-	{kind: clientOrdinary, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacade, layerBudget, layerExtensions}},
-	{kind: clientOrdinary, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerSentinelReads, layerGuardFacade, layerBudget, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUser, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacade, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerSentinelReads, layerGuardFacade, layerExtensions}},
 	{kind: clientOrdinary, mode: ModeCluster, layers: []layer{layerUser, layerStepCount, layerFacade, layerDivergence, layerExtensions}},
-	{kind: clientOrdinary, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerReplicas, layerGuard, layerBudget}},
+	{kind: clientOrdinary, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerReplicas, layerGuard}},
+
+	// A Tx's reads stay with the watched master: no replica reads.
+	{kind: clientWatch, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUserTx, layerExtensions}},
+	{kind: clientWatch, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacadeTx, layerExtensions}},
+	{kind: clientWatch, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerGuardFacadeTx, layerExtensions}},
 
 	{kind: clientLong, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuard, layerExtensions}},
 	{kind: clientLong, mode: ModeSentinel, layers: []layer{layerUserDials, layerSentinel, layerGuard, layerExtensions}},
 	{kind: clientLong, mode: ModeCluster, layers: []layer{layerStepCount, layerDivergence, layerExtensions}},
 	{kind: clientLong, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerGuard}},
 
+	{kind: clientSubscriptions, mode: ModeStandalone, layers: []layer{layerUserSubscriptions, layerGuardSubscriptions, layerBudget, layerExtensions}},
+	{kind: clientSubscriptions, mode: ModeSentinel, layers: []layer{layerUserSubscriptions, layerSentinel, layerGuardSubscriptions, layerBudget, layerExtensions}},
+	{kind: clientSubscriptions, mode: ModeCluster, layers: []layer{layerStepCount, layerDivergence, layerExtensions}},
+	{kind: clientSubscriptions, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerGuardSubscriptions, layerBudget}},
 	{kind: clientSharded, mode: ModeCluster, layers: []layer{layerStepCount, layerDivergence, layerExtensions}},
-	{kind: clientSharded, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerGuard, layerBudget}},
+	{kind: clientSharded, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerGuardSubscriptions, layerBudget}},
 
 	{kind: clientDedicated, mode: ModeAuto, layers: []layer{layerUserDials, layerGuard, layerSocket, layerExtensions}},
 	{kind: clientReplica, mode: ModeSentinel, layers: []layer{layerUserDials, layerGuard, layerExtensions}},
@@ -191,6 +217,20 @@ func (ch chain) install(cl hookable, p chainHooks) {
 			g := p.guard
 			g.facade, g.user = p.facade, p.user
 			cl.AddHook(g)
+		case layerGuardFacadeTx:
+			g := p.guard
+			g.facade, g.tx = p.facade, true
+			cl.AddHook(g)
+		case layerGuardFacadeUserTx:
+			g := p.guard
+			g.facade, g.user, g.tx = p.facade, p.user, true
+			cl.AddHook(g)
+		case layerGuardSubscriptions:
+			g := p.guard
+			g.subscriptions = true
+			cl.AddHook(g)
+		case layerUserSubscriptions:
+			cl.AddHook(p.user.subscriptionLayer())
 		case layerStepCount:
 			cl.AddHook(stepCountHook{cl.(*redis.ClusterClient)})
 		case layerFacade:

@@ -43,11 +43,16 @@ func TestHookOrderIsOneTable(t *testing.T) {
 		}
 	}
 	for _, mode := range []Mode{ModeStandalone, ModeSentinel, ModeCluster} {
-		for _, kind := range []clientKind{clientOrdinary, clientLong, clientDedicated, clientProbe, clientSentinelQuestion} {
+		for _, kind := range []clientKind{clientOrdinary, clientLong, clientSubscriptions, clientDedicated, clientProbe, clientSentinelQuestion} {
 			assert.NotPanics(t, func() { chainOf(kind, mode, levelClient, false) }, "%s in %s mode", kind, mode)
 		}
 	}
 	assert.NotPanics(t, func() { chainOf(clientOrdinary, ModeCluster, levelNode, false) })
 	assert.NotPanics(t, func() { chainOf(clientSharded, ModeCluster, levelNode, false) })
+	assert.NotPanics(t, func() { chainOf(clientSubscriptions, ModeCluster, levelNode, false) })
+	for _, mode := range []Mode{ModeStandalone, ModeSentinel} {
+		assert.NotPanics(t, func() { chainOf(clientWatch, mode, levelClient, false) }, "watch in %s mode", mode)
+	}
+	assert.Panics(t, func() { chainOf(clientWatch, ModeCluster, levelClient, false) }, "a cluster Tx runs on a node client")
 	assert.Panics(t, func() { chainOf(clientSharded, ModeStandalone, levelClient, false) }, "sharded clients are Cluster mode's")
 }

@@ -30,9 +30,11 @@ func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 //	})
 //
 // fn is called now with each go-redis client the Client runs for the
-// user's commands (the ordinary client, and the long client once a blocking
+// user's commands (the ordinary client, the one Watch transactions run on
+// in Standalone and Sentinel mode, and the long client once a blocking
 // call has built it), and later with every such client the Client builds:
-// the long client and the clients of blocking calls' dedicated connections.
+// the long client, the clients of blocking calls' dedicated connections,
+// and those subscriptions run on.
 // It returns fn's first error; if fn fails on the ordinary client, fn is not
 // kept. A later client fn fails on is used as it is, and the failure logged.
 // InstrumentRoles also tells fn which client it is given.
@@ -100,9 +102,16 @@ const (
 	RoleDedicated ClientRole = "dedicated"
 	// RoleSharded runs a Cluster-mode Client's sharded subscriptions.
 	RoleSharded ClientRole = "sharded"
+	// RoleSubscriptions runs the subscriptions of Subscribe and PSubscribe.
+	RoleSubscriptions ClientRole = "subscriptions"
 	// RoleReplica serves the reads of a Sentinel-managed master's replica
 	// (Config.ReadFrom).
 	RoleReplica ClientRole = "replica"
+	// RoleWatch runs the transactions of Watch in Standalone and Sentinel
+	// mode, a go-redis clone of the ordinary client that shares its pools:
+	// its PoolStats are the ordinary client's. (In Cluster mode a
+	// transaction runs on a node client of the ordinary client.)
+	RoleWatch ClientRole = "watch"
 )
 
 // IsOwnCommand reports whether cmd is one redisguard sends itself on a
@@ -126,12 +135,22 @@ type ownCmd struct{ *redis.Cmd }
 // instrument applies fn to c's own clients and keeps it for later ones.
 func (c *Client) instrument(fn func(redis.UniversalClient, ClientRole) error) error {
 	return c.adm.instrument(func(long redis.UniversalClient) error {
-		return c.subs.withSharded(func(sharded *redis.ClusterClient) error {
+		return c.subs.withClients(func(sharded *redis.ClusterClient, classic redis.UniversalClient) error {
 			if err := c.hooks.ext.add(fn, c.UniversalClient); err != nil {
 				return err
 			}
+			if c.watch != nil {
+				if err := fn(c.watch, RoleWatch); err != nil {
+					return err
+				}
+			}
 			if long != nil {
 				if err := fn(long, RoleLong); err != nil {
+					return err
+				}
+			}
+			if classic != nil {
+				if err := fn(classic, RoleSubscriptions); err != nil {
 					return err
 				}
 			}
@@ -174,9 +193,18 @@ func (u *userHooks) add(h redis.Hook) {
 // the user's dial hooks.
 func (u *userHooks) layer(commands bool) userLayer { return userLayer{u: u, commands: commands} }
 
+// subscriptionLayer is the layer of a Standalone or Sentinel subscriptions
+// client: the user's hooks see its connections' handshakes, as they see
+// the ordinary client's, and nothing puts a set-up mark back on their
+// errors, since a subscription's guard puts none (nodeGuard.subscriptions).
+func (u *userHooks) subscriptionLayer() userLayer {
+	return userLayer{u: u, commands: true, subscriptions: true}
+}
+
 type userLayer struct {
-	u        *userHooks
-	commands bool
+	u             *userHooks
+	commands      bool
+	subscriptions bool
 }
 
 func (l userLayer) DialHook(next redis.DialHook) redis.DialHook {
@@ -191,6 +219,9 @@ func (l userLayer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next
 	}
 	w := l.u.process(next)
+	if l.subscriptions {
+		w.seal = nil
+	}
 	return func(ctx context.Context, cmd redis.Cmder) error { return w.get()(ctx, cmd) }
 }
 
@@ -199,6 +230,9 @@ func (l userLayer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return next
 	}
 	w := l.u.pipeline(next)
+	if l.subscriptions {
+		w.seal = nil
+	}
 	return func(ctx context.Context, cmds []redis.Cmder) error { return w.get()(ctx, cmds) }
 }
 

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,4 +299,31 @@ func TestHygieneBadURL(t *testing.T) {
 			assertNoSecretIn(t, []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)}, hygienePassword)
 		})
 	}
+}
+
+// No decision reads the goroutine's stack: what go-redis is doing is told
+// by its public seams (hooks, Options callbacks, the command) and by state
+// the Client keeps, never by the name of a go-redis function found among a
+// goroutine's callers, which a release or a change in inlining renames.
+func TestNoStackInspection(t *testing.T) {
+	walk := regexp.MustCompile(`runtime\.(Callers|CallersFrames|Caller|Stack|FuncForPC)\b`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		assert.Empty(t, walk.FindAllString(string(src), -1), "%s reads the goroutine's stack", path)
+		return nil
+	})
+	require.NoError(t, err)
+	assert.True(t, walk.MatchString("runtime.CallersFrames(pcs)"), "the pattern no longer matches a stack walk")
 }

@@ -307,6 +307,17 @@ type nodeGuard struct {
 	// connections are not cut when the breaker opens (a blocking call ends
 	// through admission's CLIENT UNBLOCK, never by a cut).
 	long bool
+	// tx, with facade, is set on the guard of the Watch client (see
+	// newGoRedis), whose every chain is a Watch transaction's: the facade's
+	// step refuses the blocking commands sent on it (ErrBlockingInWatch),
+	// which must not leave the watched connection.
+	tx bool
+	// subscriptions is set on the guards of the clients that run
+	// subscriptions alone (newGoRedis): every dial they see is a
+	// subscription's, left to subscriptionBudget inside them, and every
+	// handshake a subscription connection's, whose failure goes to the
+	// PubSub's caller unmarked (nodeGuard.handshake).
+	subscriptions bool
 }
 
 // node returns the node the next command is charged to.
@@ -317,8 +328,9 @@ func (g *nodeGuard) node() *node {
 	return g.n
 }
 
-// DialHook dials the node's pool connections, and leaves a subscription's
-// dial to subscriptionBudget, inside it, which routes it.
+// DialHook dials the node's pool connections. A subscriptions client's
+// guard leaves its dials, all subscriptions', to subscriptionBudget, inside
+// it, which routes them.
 //
 // A pool dial never fails as go-redis's pool sees it: a failed one, or one
 // refused because the node's breaker is open, "succeeds" with a
@@ -333,13 +345,13 @@ func (g *nodeGuard) node() *node {
 // The connections of an ordinary client are tracked (connSet), so that an
 // opening breaker answers every command waiting on one.
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
+	if g.subscriptions {
+		return next
+	}
 	if g.facade != nil {
 		next = facadeHook{g.facade}.DialHook(next)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if onStack(pubSubDialer) {
-			return next(ctx, network, addr)
-		}
 		n := g.node()
 		if n.br.State() == breaker.Open {
 			return refusedConn{setupFailure(n.unavailable, true)}, nil
@@ -377,9 +389,6 @@ func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 // client's hook chain again for every command it sends alone.
 func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	ch := &guardChain{g: g, next: next}
-	if g.facade != nil {
-		ch.maybeTx = g.facade.adm.buildingWatch()
-	}
 	return ch.step(g.user != nil)
 }
 
@@ -496,9 +505,6 @@ func (n *node) ended(long bool) {
 type guardChain struct {
 	g    nodeGuard
 	next redis.ProcessHook // the rest of go-redis's chain
-	// maybeTx, with g.facade, is what the facade's buildingWatch said when
-	// the chain was built.
-	maybeTx bool
 	// users, with g.user, is the user's hooks around step(false), built
 	// for the first command that meets a user hook.
 	users atomic.Pointer[wrapped[redis.ProcessHook]]
@@ -509,7 +515,7 @@ func (ch *guardChain) full(ctx context.Context, cmd redis.Cmder) error {
 	if ch.g.facade == nil {
 		return ch.next(ctx, cmd)
 	}
-	return ch.g.facade.process(ctx, cmd, ch.next, ch.maybeTx)
+	return ch.g.facade.process(ctx, cmd, ch.next, ch.g.tx)
 }
 
 // viaUser runs cmd through the user's hooks, then the guard.
@@ -556,9 +562,12 @@ func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sam
 		// Setting up a connection: nothing of the facade's applies (its
 		// replies are go-redis's to judge, and a refusal is the caller's
 		// command's to ride out).
-		return handshake(ch.next(ctx, cmd), isHello(cmd))
+		return g.handshake(ch.next(ctx, cmd), isHello(cmd))
 	}
 	if g.nodes.topo != nil && isClusterSlots(cmd) {
+		if g.subscriptions {
+			return g.nodes.topo.answer(ctx, cmd) // nothing is sent: its pool dials nothing
+		}
 		if n.br.State() == breaker.Open {
 			// Never spend a half-open node's single probe, or a full
 			// timeout, on a topology call: go-redis asks another node.
@@ -656,9 +665,6 @@ func (g *nodeGuard) seal(err error, onTx bool) error {
 // client's hook chain again for every batch it sends.
 func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	bc := &batchChain{g: g, next: next}
-	if g.facade != nil {
-		bc.maybeTx = g.facade.adm.buildingWatch()
-	}
 	return bc.step(g.user != nil)
 }
 
@@ -693,10 +699,9 @@ func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 
 // batchChain is a nodeGuard's pipeline hook around one next.
 type batchChain struct {
-	g       nodeGuard
-	next    redis.ProcessPipelineHook
-	maybeTx bool                                               // as for guardChain
-	users   atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
+	g     nodeGuard
+	next  redis.ProcessPipelineHook
+	users atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
 }
 
 // full runs next behind the facade's step, when this hook runs it.
@@ -704,7 +709,7 @@ func (bc *batchChain) full(ctx context.Context, cmds []redis.Cmder) error {
 	if bc.g.facade == nil {
 		return bc.next(ctx, cmds)
 	}
-	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.maybeTx)
+	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.g.tx)
 }
 
 // viaUser runs cmds through the user's hooks, then the guard.
@@ -753,7 +758,7 @@ func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) 
 		return failBatch(cmds, ErrClosed) // Close outranks the breaker and a set-up, as in ProcessHook
 	}
 	if len(cmds) > 0 && isHandshake(ctx, cmds[0]) {
-		return handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
+		return g.handshake(bc.next(ctx, cmds), false) // as in guardChain.guarded
 	}
 	if g.nodes.sent.pending() {
 		// go-redis sends a failed batch again whole: not the commands of it
@@ -913,6 +918,16 @@ func (g *nodeGuard) outcome(n *node, ctx context.Context, err error) breaker.Out
 	return o
 }
 
+// handshake is the guard's answer to a command go-redis sent while setting
+// up a fresh connection: a subscription connection's failure unmarked, any
+// other's marked (handshake).
+func (g *nodeGuard) handshake(err error, first bool) error {
+	if g.subscriptions {
+		return err
+	}
+	return handshake(err, first)
+}
+
 // handshake marks the network failure of a command go-redis sent while
 // setting up a fresh connection (setup.go); first says the command was the
 // HELLO that opens the handshake, before which the server has answered
@@ -922,7 +937,7 @@ func handshake(err error, first bool) error {
 		return refused // the guard's own verdict on the dial (nodeGuard.DialHook)
 	}
 	if err != nil && isNetworkError(err) {
-		return markHandshake(err, !first)
+		return setupFailure(err, !first)
 	}
 	return err
 }

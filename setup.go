@@ -26,7 +26,8 @@ import (
 // error reaches the caller (see withoutSetup) or a user's hook (see
 // userHooks.process). It is never put on the handshake of a PubSub's
 // connection, whose error go-redis hands to the PubSub's caller with no
-// redisguard frame in between (markHandshake).
+// redisguard frame in between: those connections are the subscriptions
+// clients' alone, whose guards mark nothing (nodeGuard.subscriptions).
 type setupError struct {
 	err      error
 	answered bool // the server had answered on the connection before it failed
@@ -70,15 +71,6 @@ func withoutSetup(err error) error {
 	return err
 }
 
-// markHandshake marks err, the network's failure of a handshake command
-// on a fresh connection, unless the connection is a PubSub's.
-func markHandshake(err error, answered bool) error {
-	if onStack(pubSubConn) {
-		return err
-	}
-	return setupFailure(err, answered)
-}
-
 // remarkHandshake puts the mark back on what a user's hook returned for
 // cmd, sent with ctx, if cmd is a handshake command that failed on the
 // network.
@@ -88,10 +80,6 @@ func remarkHandshake(ctx context.Context, cmd redis.Cmder, err error) error {
 	}
 	return handshake(err, isHello(cmd))
 }
-
-// pubSubConn is the go-redis function on the stack of every handshake on a
-// PubSub's connection, first or after a reconnect.
-const pubSubConn = "github.com/redis/go-redis/v9.(*PubSub).conn"
 
 // setUpKey marks the context an OnConnect runs with (duringSetUp).
 type setUpKey struct{}

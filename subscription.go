@@ -14,16 +14,17 @@ import (
 	"github.com/redisguard/redisguard/internal/breaker"
 )
 
-// subscriptionBudget is installed on the ordinary client (on each node
-// client in Cluster mode) and on the sharded-subscription client
-// (subscription_sharded.go). go-redis dials PubSub connections through the
-// client's dial hook, from PubSubPool.NewConn: one on the first subscribe,
-// one per reconnect, and closes the old one before it redials. Taking the
-// permit at that dial and giving it back when that connection is closed is
-// therefore exactly "held while the subscription runs": an unused
-// Subscribe() dials nothing, Unsubscribe keeps the connection, and
-// PubSub.Close (or Client.Close) closes it. A dial for the ordinary pool
-// shares the hook and passes straight through.
+// subscriptionBudget is installed on the clients that run subscriptions
+// and nothing else (subscription_client.go, subscription_sharded.go; on
+// each node client in Cluster mode), so every dial it sees is a PubSub
+// connection's: go-redis dials one through the client's dial hook on the
+// first subscribe, one per reconnect, and closes the old one before it
+// redials. Taking the permit at that dial and giving it back when that
+// connection is closed is therefore exactly "held while the subscription
+// runs": an unused Subscribe() dials nothing, Unsubscribe keeps the
+// connection, and PubSub.Close (or Client.Close) closes it. go-redis
+// dials the client's other pool through the same hook, and never uses it:
+// those clients send no command of their own (newNodeClient).
 //
 // The same dial decides where a subscription goes (route) and registers the
 // connection with subs, which moves it when its node stops answering
@@ -56,17 +57,9 @@ const (
 	routeMaster
 )
 
-// pubSubDialer is the go-redis function on the stack of every PubSub dial
-// and of no other. go-redis offers no other way to tell the two dials
-// apart; the subscription tests fail if an upgrade renames it.
-const pubSubDialer = "github.com/redis/go-redis/v9/internal/pool.(*PubSubPool).NewConn"
-
 func (h subscriptionBudget) DialHook(next redis.DialHook) redis.DialHook {
 	s, route := h.subs, h.route
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !onStack(pubSubDialer) {
-			return next(ctx, network, addr)
-		}
 		if s.k.closed.Load() {
 			return nil, ErrClosed
 		}

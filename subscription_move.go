@@ -37,7 +37,7 @@ type subscriptions struct {
 	nodes  *nodeSet        // breakers, by address
 	topo   *topology       // reloaded when a sharded subscription's owner is down; nil outside Cluster mode
 	master *sentinelMaster // the master's node (Sentinel mode); nil otherwise
-	hooks  *clientHooks    // what the sharded-subscription client is built with
+	hooks  *clientHooks    // what the subscription clients are built with
 
 	ownerWait time.Duration // how long a sharded dial waits for a new owner (awaitOwner)
 
@@ -49,6 +49,7 @@ type subscriptions struct {
 	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
 	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
 	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
+	plain   redis.UniversalClient                     // guarded by mu; Subscribe's and PSubscribe's client, built on first use
 	closed  bool                                      // guarded by mu
 }
 
@@ -86,8 +87,9 @@ func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, mas
 	return s
 }
 
-// budget is the hook that admits the subscription dials of the ordinary
-// client (its node clients in Cluster mode).
+// budget is the hook that admits the dials of the client Subscribe and
+// PSubscribe run on (its node clients in Cluster mode), and says where
+// they go.
 func (s *subscriptions) budget() subscriptionBudget {
 	switch {
 	case s.topo != nil:

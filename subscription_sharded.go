@@ -30,7 +30,10 @@ func (c *Client) SSubscribe(ctx context.Context, channels ...string) *redis.PubS
 	if cc := c.subs.sharded(); cc != nil {
 		return cc.SSubscribe(ctx, channels...)
 	}
-	return c.UniversalClient.SSubscribe(ctx, channels...)
+	if cl := c.subs.classic(); cl != nil && c.topo == nil {
+		return cl.SSubscribe(ctx, channels...) // Standalone, Sentinel: one server
+	}
+	return c.UniversalClient.SSubscribe(ctx, channels...) // closed: go-redis's closed error
 }
 
 // sharded returns the cluster client sharded subscriptions run on, built on
@@ -45,34 +48,12 @@ func (s *subscriptions) sharded() *redis.ClusterClient {
 		return nil
 	}
 	if s.shard == nil {
-		// Its pools serve only the slot-map look-ups and the handshakes of
-		// its subscriptions; the subscriptions dial connections of their own.
+		// Its pools are never used: the subscriptions dial connections of
+		// their own, and the slot map comes from the topology cache.
 		s.shard = newGoRedis(clientSpec{kind: clientSharded, k: s.k, nodes: s.nodes, poolSize: 1, hooks: s.hooks,
 			budget: subscriptionBudget{s, routeSlotOwner}}).(*redis.ClusterClient)
 	}
 	return s.shard
-}
-
-// withSharded runs fn with the sharded-subscription client, nil if it is
-// not built, and builds none meanwhile: a client built after fn returns
-// gets what fn registered (Instrument's extensions) when it is built.
-func (s *subscriptions) withSharded(fn func(*redis.ClusterClient) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fn(s.shard)
-}
-
-// close closes the sharded-subscription client, and with it its
-// subscriptions' connections.
-func (s *subscriptions) close() error {
-	s.mu.Lock()
-	s.closed = true
-	cc := s.shard
-	s.mu.Unlock()
-	if cc == nil {
-		return nil
-	}
-	return cc.Close()
 }
 
 // bySlot groups shard channels by slot, each slot in the order it first

@@ -2,6 +2,7 @@ package redisguard
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -43,7 +44,7 @@ type topology struct {
 
 	mu       sync.Mutex
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
-	ordinary *redis.ClusterClient   // guarded by mu; the ordinary one, whose node clients serve every key
+	ordinary *redis.ClusterClient   // guarded by mu; the ordinary one, whose node clients serve every key and fetch the first map for answer
 
 	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
 	fetching    atomic.Bool                         // a fetch is in flight: calls wait for its map
@@ -125,6 +126,47 @@ func (t *topology) serve(ctx context.Context, cmd redis.Cmder, send redis.Proces
 	}
 	return err
 }
+
+// answer answers cmd, a CLUSTER SLOTS go-redis is about to send on a node
+// client of a subscription client, without sending it: such a client's
+// pools must dial nothing, since its guards take every dial for a
+// subscription's. The answer is the map last fetched, however old: a map
+// past its interval asks every attached client to reload (trigger), and
+// the map that fetches, if it differs, reloads the subscription clients
+// too (adopt). Before any map was fetched, the ordinary client's node
+// clients fetch one, through their guards.
+func (t *topology) answer(ctx context.Context, cmd redis.Cmder) error {
+	sc, ok := cmd.(*redis.ClusterSlotsCmd)
+	if !ok {
+		return errNoSlotMap
+	}
+	slots := t.slots.Load()
+	switch {
+	case slots != nil && t.k.clock.Now().UnixNano() >= t.nextFetch.Load():
+		t.trigger()
+	case slots == nil:
+		src := t.ordinaryClient()
+		if src == nil || t.k.clock.Now().UnixNano() < t.nextFetch.Load() {
+			// No client to fetch with, or its fetch has just failed: go-redis
+			// asks each node in turn, and each would fetch again.
+			return errNoSlotMap
+		}
+		_, err, _ := t.sf.Do("first", func() (any, error) {
+			return nil, src.ForEachShard(ctx, func(context.Context, *redis.Client) error { return nil })
+		})
+		if err != nil {
+			return err
+		}
+		if slots = t.slots.Load(); slots == nil {
+			return errNoSlotMap
+		}
+	}
+	sc.SetVal(*slots)
+	return nil
+}
+
+// errNoSlotMap is answer's error while no node has answered CLUSTER SLOTS.
+var errNoSlotMap = errors.New("redisguard: no cluster slot map fetched yet")
 
 // clusterSlots wraps Config.ClusterSlots for go-redis, which calls it in
 // place of sending CLUSTER SLOTS: its calls share the cache as those would.

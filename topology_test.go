@@ -190,3 +190,24 @@ func TestNoRedirectsHandsTheRedirectToTheCaller(t *testing.T) {
 	_, _, ok = redirectOf(err)
 	assert.True(t, ok, "a pipeline's MOVED reaches the caller too, got %v", err)
 }
+
+// A subscription client's CLUSTER SLOTS is answered from the cache, and
+// nothing is sent: with no map yet and nothing to fetch one with, it fails;
+// with a map, however old, it gets that map.
+func TestTopologyAnswersSubscriptionClientsFromTheCache(t *testing.T) {
+	resolved, err := Config{Addrs: []string{"a:1"}, Mode: ModeCluster}.resolve()
+	require.NoError(t, err)
+	clk := clock.NewFake(slowEpoch)
+	topo := newTopology(newCore(resolved, clk))
+	ctx := testCtx(t, 10*time.Second)
+
+	cmd := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	assert.ErrorIs(t, topo.answer(ctx, cmd), errNoSlotMap)
+
+	m := []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "a:1"}}}}
+	topo.slots.Store(&m)
+	clk.Advance(time.Hour) // past every interval: still the cached map
+	cmd = redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	require.NoError(t, topo.answer(ctx, cmd))
+	assert.Equal(t, m, cmd.Val())
+}

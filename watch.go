@@ -3,8 +3,6 @@ package redisguard
 import (
 	"context"
 	"errors"
-	"runtime"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,6 +15,12 @@ import (
 // nil error always means that fn ran and returned nil: go-redis's cluster
 // Watch can end its retry loop (redirects, closed node clients) with nil
 // and without running fn, and that is reported as an error here.
+//
+// Where the Tx runs decides how its blocking commands are refused: in
+// Cluster mode on a node client, below facadeHook, with watchGuard added to
+// it; in Standalone and Sentinel mode on the Watch client (watchClient),
+// whose guard runs facadeHook's step marked as a Tx's. Neither asks
+// anything of the goroutine but what the hooks are handed.
 func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -24,14 +28,14 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	if up := c.current(); up != c {
 		return up.Watch(ctx, fn, keys...)
 	}
-	c.adm.watching.Add(1)
-	defer c.adm.watching.Add(-1)
+	watch := c.UniversalClient.Watch
+	if c.watch != nil {
+		watch = c.watch.Watch
+	}
 	ran := false // fn runs on this goroutine, inside go-redis's Watch
-	err := c.UniversalClient.Watch(ctx, func(tx *redis.Tx) error {
+	err := watch(ctx, func(tx *redis.Tx) error {
 		ran = true
-		if c.cfg.Mode == ModeCluster {
-			// The Tx runs on a node client, below facadeHook. Elsewhere it
-			// clones the client's hooks, and facadeHook refuses there.
+		if c.watch == nil {
 			tx.AddHook(watchGuard{})
 			return sealTx(fn(tx))
 		}
@@ -87,65 +91,6 @@ func (watchGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 			}
 		}
 		return failBatch(cmds, err)
-	}
-}
-
-// watchRunner is the go-redis function on the stack while a Watch
-// transaction's hook chain is built (newTx, and any AddHook inside fn).
-const watchRunner = "github.com/redis/go-redis/v9.(*Client).Watch"
-
-// The go-redis functions on the stack of every command, and every
-// non-transactional batch, sent on a Tx (its TxPipeline never blocks). The
-// batch's is the closure Tx.Pipeline hands its Pipeline, whose name is
-// prefixed with whatever function Tx.Pipeline was inlined into.
-const (
-	txProcess        = "github.com/redis/go-redis/v9.(*Tx).Process"
-	txPipelineSuffix = ".(*Tx).Pipeline.func1"
-)
-
-// buildingWatch reports whether the hook chain being built may belong to a
-// Watch transaction. In Standalone and Sentinel mode the Tx clones the
-// client's hooks, facadeHook included, and facadeHook must not send the
-// Tx's blocking commands to the long client: they would leave the watched
-// connection. A hook only learns which chain it joins from the stack, and
-// the stack of a build cannot tell a Tx's chain from another chain rebuilt
-// inside the Watch function (an AddHook on the client, a Conn opened
-// there). So a chain built during a Watch only may be the Tx's; sendingOnTx
-// decides, per blocking command, when it is sent. Ordinary commands never
-// pay for a stack walk, and chains built while no Watch runs (go-redis's
-// AutoPipeline builds one per command) do not either.
-func (a *admission) buildingWatch() bool {
-	return a.k.cfg.Mode != ModeCluster && a.watching.Load() > 0 && onStack(watchRunner)
-}
-
-// sendingOnTx reports whether the batch or command being sent, on a chain
-// that buildingWatch said may be a Tx's, is sent on a Tx.
-func sendingOnTx(batch bool) bool {
-	if batch {
-		return stackHas(func(fn string) bool { return strings.HasSuffix(fn, txPipelineSuffix) })
-	}
-	return onStack(txProcess)
-}
-
-// onStack reports whether fn, a fully qualified function name as
-// runtime.Frame spells it, is among the current goroutine's callers.
-func onStack(fn string) bool {
-	return stackHas(func(f string) bool { return f == fn })
-}
-
-// stackHas reports whether a caller of the current goroutine, inlined
-// callers included, has a name that match accepts.
-func stackHas(match func(fn string) bool) bool {
-	var pcs [64]uintptr
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
-	for {
-		f, more := frames.Next()
-		if match(f.Function) {
-			return true
-		}
-		if !more {
-			return false
-		}
 	}
 }
 

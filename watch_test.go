@@ -80,11 +80,13 @@ func TestWatchThatNeverRanFnIsAnError(t *testing.T) {
 func TestWatchRejectsBlocking(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+	s := redistest.StartSentinel(t)
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 	}{
 		{"standalone", Config{Addrs: []string{srv.Addr}}},
+		{"sentinel", Config{Mode: ModeSentinel, MasterName: s.MasterName, Addrs: s.Addrs()}},
 		{"cluster", Config{Mode: ModeCluster, Addrs: cl.Addrs()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,4 +165,45 @@ func TestWatchRefusalIsPerTransaction(t *testing.T) {
 		return nil
 	})
 	assert.Equal(t, redis.Nil, err, "a blocking pipeline after the Watch")
+}
+
+// A transaction takes its connection from the ordinary client's pool, as
+// go-redis's Watch does: PoolStats count it, and no other connection is
+// opened for it. Instrument's extensions see the Tx's commands, on a
+// client of RoleWatch.
+func TestWatchSharesTheOrdinaryPoolAndExtensions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	rec := &recorder{}
+	var roles []ClientRole
+	require.NoError(t, c.InstrumentRoles(func(rdb redis.UniversalClient, role ClientRole) error {
+		roles = append(roles, role)
+		return instrumentAll(rec)(rdb)
+	}))
+	assert.Equal(t, []ClientRole{RoleOrdinary, RoleWatch}, roles)
+
+	require.NoError(t, c.Set(ctx, "share:k", "1", time.Minute).Err())
+	before := *c.PoolStats()
+	require.Equal(t, uint32(1), before.TotalConns)
+	err := c.Watch(ctx, func(tx *redis.Tx) error {
+		n, err := tx.Get(ctx, "share:k").Int()
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "share:k", n+1, time.Minute)
+			return nil
+		})
+		return err
+	}, "share:k")
+	require.NoError(t, err)
+	after := *c.PoolStats()
+	assert.Equal(t, uint32(1), after.TotalConns, "the transaction's connection is the pool's")
+	assert.Greater(t, after.Hits, before.Hits, "the transaction took the pooled connection")
+
+	cmds, pipes, _ := rec.seen()
+	assert.Equal(t, 1, count(cmds, "watch ok"), "%q", cmds)
+	assert.Equal(t, 1, count(cmds, "get ok"), "%q", cmds)
+	assert.Equal(t, 1, count(pipes, "multi set exec"), "%q", pipes)
 }

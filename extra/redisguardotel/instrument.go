@@ -12,8 +12,10 @@ import (
 )
 
 // ClientAttribute names the redisguard.ClientRole of the go-redis client a
-// span or a pool metric comes from: ordinary, long, dedicated, sharded or
-// replica.
+// span or a pool metric comes from: ordinary, watch, long, dedicated,
+// subscriptions, sharded or replica. A watch client's pool is the ordinary client's, under
+// a pool.name of its own ("address/watch"): its points repeat the
+// ordinary pool's.
 const ClientAttribute = "redisguard.client"
 
 // InstrumentTracing is redisotel.InstrumentTracing for a redisguard client,
