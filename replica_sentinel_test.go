@@ -51,6 +51,18 @@ func TestSentinelReadsLandWhereReadFromSays(t *testing.T) {
 				// microseconds apart here; every read lands on one of them.
 				assert.Equal(t, 40, onReplica+onMaster)
 			}
+
+			// A Watch transaction's reads are the watched master's.
+			replicaGets = calls(g.Replica, "get")
+			require.NoError(t, c.Watch(ctx, func(tx *redis.Tx) error {
+				v, err := tx.Get(ctx, "k").Result()
+				if err != nil {
+					return err
+				}
+				_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error { p.Set(ctx, "k", v, 0); return nil })
+				return err
+			}, "k"))
+			assert.Zero(t, calls(g.Replica, "get")-replicaGets, "a read on a Watch transaction went to the replica")
 		})
 	}
 }
