@@ -183,6 +183,9 @@ func benchTargets(t testing.TB) []benchTarget {
 		switch rc := g.UniversalClient.(type) {
 		case *redis.Client:
 			opt := *rc.Options()
+			// go-redis keeps the client's push processor in its options;
+			// a client of its own gets one of its own.
+			opt.PushNotificationProcessor = nil
 			target.stock = redis.NewClient(&opt)
 			ctl := opt
 			target.control = redis.NewClient(&ctl)

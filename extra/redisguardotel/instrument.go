@@ -59,10 +59,16 @@ func skipCommands(cmds []redis.Cmder) bool { return slices.ContainsFunc(cmds, sk
 // mode the address of the ordinary, long and dedicated clients is
 // go-redis's "FailoverClient". A WithPoolName in opts is overridden.
 //
-// redisotel's metrics have no filter: the use times of redisguard's own
-// commands are counted with the pool's, whose connections they use.
+// The client of Watch transactions (redisguard.RoleWatch) is left out: it
+// shares the ordinary client's pools, which would be reported twice, so the
+// use times of a transaction's commands are not recorded. redisotel's
+// metrics have no filter: the use times of redisguard's own commands are
+// counted with the pool's, whose connections they use.
 func InstrumentMetrics(c *redisguard.Client, opts ...redisotel.MetricsOption) error {
 	return c.InstrumentRoles(func(rdb redis.UniversalClient, role redisguard.ClientRole) error {
+		if role == redisguard.RoleWatch {
+			return nil
+		}
 		node := func(cl *redis.Client) error {
 			name := cl.Options().Addr
 			if role != redisguard.RoleOrdinary {

@@ -31,6 +31,8 @@ func TestOwnCommandsAndPoolsToldApart(t *testing.T) {
 			poolPoint(srv.Addr+"/long", "long"):                                     2*3 + 1,
 			poolPoint(srv.Addr+"/dedicated", "dedicated"):                           1,
 			"db.client.connections.max{db.system=redis,pool.name=" + srv.Addr + "}": -1,
+			// The Watch client shares the ordinary pool: reported once.
+			poolPoint(srv.Addr+"/watch", "watch"): -1,
 		})
 	})
 	t.Run("sentinel", func(t *testing.T) {
