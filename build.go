@@ -165,12 +165,18 @@ func newGoRedis(s clientSpec) hookable {
 		// go-redis stores each client's push processor in its options: a
 		// node's would hand this client's notifications to the node's.
 		opt.PushNotificationProcessor = s.k.cfg.PushNotificationProcessor
-		if m := opt.MaintNotificationsConfig; m != nil && opt.PushNotificationProcessor == nil {
-			// Notifications as the node's: a server sends MOVING only on
-			// connections that asked for notifications, and a blocking call
-			// must hear it (dedicated_moving.go).
-			m := *m
-			opt.MaintNotificationsConfig = &m
+		if opt.PushNotificationProcessor == nil {
+			// Notifications as the Config asks the node's for: a server
+			// sends MOVING only on connections that asked for
+			// notifications, and a blocking call must hear it
+			// (dedicated_moving.go). From the Config, not from the node's
+			// options, which go-redis changes under its own lock (a
+			// handshake refused in ModeAuto turns them off).
+			opt.MaintNotificationsConfig = nil
+			if m := s.k.cfg.MaintNotificationsConfig; m != nil {
+				m := *m
+				opt.MaintNotificationsConfig = &m
+			}
 		} else {
 			// The caller's processor has the node clients' manager already;
 			// a second one cannot register.
