@@ -2,7 +2,6 @@ package redisguard
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -18,7 +17,7 @@ import (
 type nodeSet struct {
 	k      *core
 	topo   *topology // told when a breaker opens (Cluster mode); nil otherwise
-	probes *prober   // recovers the open breakers
+	probes *prober   // recovers the open breakers; nil in a nested set
 	// opened are told of each node whose breaker opens, after the event and
 	// the topology; own probes the nodes that stand for something other
 	// than an address. Both are registered by the components built on the
@@ -106,16 +105,11 @@ func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr st
 }
 
 // newNestedNodeSet returns the node set of guards that run inside another
-// set's (see nested): it scores nothing, so it needs no probe.
+// set's (see nested): it scores nothing, so its breakers never open and it
+// has no prober.
 func newNestedNodeSet(k *core) *nodeSet {
-	s := &nodeSet{k: k, nodes: make(map[string]*node), nested: true}
-	s.probes = newProber(func(context.Context, string, time.Duration) error { return errNestedProbe }, k.clock, k.cfg.ReadTimeout, func(*node, error) {})
-	return s
+	return &nodeSet{k: k, nodes: make(map[string]*node), nested: true}
 }
-
-// errNestedProbe is what a nested set's prober would answer; its breakers
-// never open, so it never probes.
-var errNestedProbe = errors.New("redisguard: a nested node set never probes")
 
 // whenOpened has fn told of every node whose breaker opens.
 func (s *nodeSet) whenOpened(fn func(n *node)) { s.opened = append(s.opened, fn) }
@@ -232,7 +226,9 @@ func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{k: s.k, nodes:
 
 // close stops the probers and the hang watch.
 func (s *nodeSet) close() {
-	s.probes.close()
+	if s.probes != nil {
+		s.probes.close()
+	}
 	if s.watch != nil {
 		s.watch.close()
 	}

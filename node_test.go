@@ -67,6 +67,7 @@ func TestNestedNodeSetScoresNothing(t *testing.T) {
 	assert.False(t, n.br.Trip(), "a nested breaker opened")
 	assert.Nil(t, nested.slow)
 	assert.Nil(t, nested.watch)
+	assert.Nil(t, nested.probes, "a nested set has no prober: nothing of it ever opens")
 	assert.Equal(t, -1, nested.threshold())
 	g := nested.guard("a:1")
 	assert.True(t, g.nodes.nested)
