@@ -123,7 +123,7 @@ func TestScenarioPausedMaster(t *testing.T) {
 // Scenario 2: a master hangs and its replica is promoted (node timeout 2s).
 // Writes to its slots must follow the promotion promptly.
 func TestScenarioHardFailover(t *testing.T) {
-	sideBySide(t)
+	alone(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	const workers = 50
 	observe := pick(25*time.Second, 10*time.Second)
