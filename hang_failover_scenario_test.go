@@ -192,7 +192,7 @@ func runPacedUntil(workers int, interval time.Duration, stop <-chan struct{}, fn
 // is seen hung, its writes fail fast and typed, the other slots keep their
 // pace, and writes follow the promotion at once.
 func TestScenarioHungMasterFailoverPaced(t *testing.T) {
-	sideBySide(t)
+	alone(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	readers, writers, interval := pick(32, 16), pick(8, 4), pick(2*time.Millisecond, 5*time.Millisecond)
 	after := 3 * time.Second
@@ -289,10 +289,9 @@ func TestScenarioHungMasterFailoverPaced(t *testing.T) {
 	assert.GreaterOrEqual(t, mg.otherDuring/mg.otherBefore, pick(0.9, 0.6), "the other slots lost their pace")
 	require.GreaterOrEqual(t, mg.writesResumed, time.Duration(0), "writes never followed the promotion")
 	assert.LessOrEqual(t, mg.writesResumed, pick(500*time.Millisecond, 1500*time.Millisecond), "writes followed the promotion late")
-	// The short form runs with -race beside other scenarios (sideBySide),
-	// whose scheduling delays reach the p99; what it tells apart is failing
-	// at once from waiting out the hang (seconds). At full length it runs
-	// alone and the bound is the issue's.
+	// The short form runs with -race, whose scheduling delays reach the
+	// p99; what it tells apart is failing at once from waiting out the hang
+	// (seconds). At full length the bound is the issue's.
 	assert.LessOrEqual(t, mg.failFastP99, pick(5*time.Millisecond, 500*time.Millisecond), "writes to the hung master did not fail fast")
 	assert.Zero(t, rg.lost, "acknowledged writes were lost")
 }
