@@ -611,7 +611,7 @@ func measureRefresh(t *testing.T, cfg Config, masters int) refreshCost {
 	}
 	runtime.ReadMemStats(&ms1)
 	return refreshCost{masters: masters, took: time.Duration(median(took)),
-		allocs: float64(ms1.Mallocs-ms0.Mallocs) / fetches, ranges: len(g.topo.lastSlots())}
+		allocs: float64(ms1.Mallocs-ms0.Mallocs) / fetches, ranges: len(g.topo.slotMap().Slots())}
 }
 
 // judge applies issue targets to the run: single commands and pipelines of

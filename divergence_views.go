@@ -107,20 +107,14 @@ func (d *divergence) nodeClients(ctx context.Context) map[string]*redis.Client {
 // node's single probe is not spent on this).
 func (d *divergence) viewCandidates(slot int, target string, clients map[string]*redis.Client) []string {
 	order := []string{target}
-	slots := d.topo.lastSlots()
-	for _, r := range slots {
-		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
-			order = append(order, r.Nodes[0].Addr)
-		}
+	view := d.topo.slotMap()
+	if owner := view.Owner(slot); owner != "" {
+		order = append(order, owner)
 	}
-	for _, r := range slots {
-		if len(r.Nodes) > 0 {
-			order = append(order, r.Nodes[0].Addr)
-		}
-	}
-	for _, r := range slots {
-		for _, n := range r.Nodes[min(1, len(r.Nodes)):] {
-			order = append(order, n.Addr)
+	order = append(order, view.Masters()...)
+	for _, addr := range view.Nodes() {
+		if !view.IsMaster(addr) {
+			order = append(order, addr)
 		}
 	}
 	rest := make([]string, 0, len(clients))

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/slotmap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -74,7 +75,7 @@ func TestDivergenceViewCandidates(t *testing.T) {
 		{Start: 100, End: 199, Nodes: []redis.ClusterNode{node("m2:1"), node("r2:1")}},
 		{Start: 200, End: 299, Nodes: []redis.ClusterNode{node("m3:1")}},
 	}
-	c.topo.slots.Store(&slots)
+	c.topo.view.Store(slotmap.New(slots))
 	clientsFor := func(addrs ...string) map[string]*redis.Client {
 		m := map[string]*redis.Client{}
 		for _, a := range addrs {

@@ -96,13 +96,10 @@ func (c *Client) healthTargets(ctx context.Context, cc *redis.ClusterClient, wri
 	targets := []healthTarget{{addr: ownAddr, key: writeKey, cl: own, own: true}}
 	want := make(map[string]int) // master address -> index in targets
 	want[ownAddr] = 0
-	for _, s := range c.topo.lastSlots() {
-		if len(s.Nodes) == 0 {
-			continue
-		}
-		if _, ok := want[s.Nodes[0].Addr]; !ok {
-			want[s.Nodes[0].Addr] = len(targets)
-			targets = append(targets, healthTarget{addr: s.Nodes[0].Addr})
+	for _, m := range c.topo.slotMap().Masters() {
+		if _, ok := want[m]; !ok {
+			want[m] = len(targets)
+			targets = append(targets, healthTarget{addr: m})
 		}
 	}
 	missing := len(targets) - 1
@@ -262,20 +259,14 @@ func clusterStateOK(reply any) (bool, string) {
 // request to that node, its breaker would never close, and the pod would
 // never become ready again.
 func (c *Client) masterBreakersStep() *StepResult {
-	slots := c.topo.lastSlots()
-	if slots == nil {
+	view := c.topo.slotMap()
+	if view == nil {
 		// No slot map yet: the ping step has already failed with the reason.
 		return &StepResult{Skipped: true}
 	}
-	masters := make(map[string]bool)
-	for _, s := range slots {
-		if len(s.Nodes) > 0 {
-			masters[s.Nodes[0].Addr] = true
-		}
-	}
 	var open []string
 	for _, n := range c.nodes.all() {
-		if masters[n.addr] && n.br.State() == breaker.Open {
+		if view.IsMaster(n.addr) && n.br.State() == breaker.Open {
 			open = append(open, n.addr)
 		}
 	}

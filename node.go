@@ -88,7 +88,7 @@ type node struct {
 func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr string, wait time.Duration) error) *nodeSet {
 	s := &nodeSet{k: k, topo: topo, nodes: make(map[string]*node), slow: newSlowNodes(k)}
 	if s.slow != nil && topo != nil {
-		s.slow.groups = topo.shards // a node is compared with its shard's
+		s.slow.shards = topo.slotMap // a node is compared with its shard's
 	}
 	s.probes = newProber(func(ctx context.Context, addr string, wait time.Duration) error {
 		if own := s.own[addr]; own != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // ReadFrom says which node of a shard serves read-only commands, in Cluster
@@ -109,8 +110,8 @@ type replicas struct {
 	// facade does for the master's (Sentinel mode, where sentinelReadHook
 	// sits outside the facade); identity when nil.
 	translate func(context.Context, error) error
-	slots     func() []redis.ClusterSlot // the last slot map (topology.lastSlots); Cluster mode
-	lag       *lagTracker                // nil without MaxReplicaStaleness
+	view      func() *slotmap.Map // the last slot map (topology.slotMap); Cluster mode
+	lag       *lagTracker         // nil without MaxReplicaStaleness
 	// members returns the replicas of master: from the slot map in Cluster
 	// mode, from the sentinels in Sentinel mode (sentinelReplicas).
 	members  func(ctx context.Context, master *node) []*node
@@ -118,7 +119,7 @@ type replicas struct {
 
 	clients sync.Map // address → *redis.Client: the ordinary client's node clients
 
-	shards atomic.Pointer[shardMap] // derived from slots; rebuilt when they change
+	shards atomic.Pointer[shardMap] // derived from view; rebuilt when it changes
 	mu     sync.Mutex               // serialises rebuilds and guards shardState
 
 	// shardState holds each master's fallback state, kept across slot maps;
@@ -141,11 +142,10 @@ type replicas struct {
 	commandRefusal atomic.Pointer[error]
 }
 
-// shardMap says, for one slot map, which master each replica serves and
-// which replicas each master has.
+// shardMap is one slot map's shards as nodes: which master each replica
+// serves and which replicas each master has.
 type shardMap struct {
-	first      *redis.ClusterSlot // identity of the slot map it was built from
-	n          int
+	from       *slotmap.Map       // the slot map it was built from
 	masterOf   map[string]*node   // replica address → its master
 	replicasOf map[string][]*node // master address → its replicas
 }
@@ -182,7 +182,7 @@ func newReplicas(k *core, nodes *nodeSet, topo *topology, sentinel *replicaSourc
 			" every command now goes to the master, and go-redis logs each look-up it cannot make"
 	}
 	if topo != nil {
-		r.slots = topo.lastSlots
+		r.view = topo.slotMap
 		r.members = func(_ context.Context, master *node) []*node { return r.replicasOf(master.addr) }
 	}
 	if k.cfg.MaxReplicaStaleness > 0 {
@@ -238,36 +238,30 @@ func (r *replicas) client(addr string) *redis.Client {
 // shardMap returns the shard map of the last slot map, or nil before one
 // and outside Cluster mode.
 func (r *replicas) shardMap() *shardMap {
-	if r.slots == nil {
+	if r.view == nil {
 		return nil
 	}
-	slots := r.slots()
-	if len(slots) == 0 {
+	view := r.view()
+	if view == nil {
 		return nil
 	}
-	if m := r.shards.Load(); m != nil && m.n == len(slots) && m.first == &slots[0] {
+	if m := r.shards.Load(); m != nil && m.from == view {
 		return m
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m := r.shards.Load(); m != nil && m.n == len(slots) && m.first == &slots[0] {
+	if m := r.shards.Load(); m != nil && m.from == view {
 		return m
 	}
-	m := &shardMap{first: &slots[0], n: len(slots), masterOf: make(map[string]*node), replicasOf: make(map[string][]*node)}
-	for _, s := range slots {
-		if len(s.Nodes) == 0 {
-			continue
+	m := &shardMap{from: view, masterOf: make(map[string]*node), replicasOf: make(map[string][]*node)}
+	for _, addr := range view.Masters() {
+		master := r.nodes.get(addr)
+		reps := make([]*node, 0, len(view.Replicas(addr)))
+		for _, rep := range view.Replicas(addr) {
+			reps = append(reps, r.nodes.get(rep))
+			m.masterOf[rep] = master
 		}
-		master := r.nodes.get(s.Nodes[0].Addr)
-		if _, seen := m.replicasOf[master.addr]; seen {
-			continue // one entry per master, however many slot ranges it has
-		}
-		reps := make([]*node, 0, len(s.Nodes)-1)
-		for _, rep := range s.Nodes[1:] {
-			reps = append(reps, r.nodes.get(rep.Addr))
-			m.masterOf[rep.Addr] = master
-		}
-		m.replicasOf[master.addr] = reps
+		m.replicasOf[addr] = reps
 	}
 	r.shards.Store(m)
 	// A master the new map no longer has (replaced by its replica) is not

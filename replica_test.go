@@ -23,6 +23,7 @@ import (
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 func TestReadFromStringRoundTrips(t *testing.T) {
@@ -83,7 +84,7 @@ type routeFixture struct {
 	lagAnswer       time.Duration
 	lagErr          error
 	polls           int
-	slots           []redis.ClusterSlot // what the router sees as the last slot map
+	view            *slotmap.Map // what the router sees as the last slot map
 }
 
 func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *routeFixture {
@@ -94,9 +95,9 @@ func newRouteFixture(t *testing.T, from ReadFrom, staleness time.Duration) *rout
 	k := newCore(cfg, f.clk)
 	nodes := newNodeSet(k, nil, func(context.Context, string, time.Duration) error { return errors.New("down") })
 	t.Cleanup(nodes.close)
-	f.slots = []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
+	f.view = slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}})
 	f.r = newReplicas(k, nodes, &topology{k: k}, nil)
-	f.r.slots = func() []redis.ClusterSlot { return f.slots }
+	f.r.view = func() *slotmap.Map { return f.view }
 	for _, addr := range []string{"m:1", "r:1"} {
 		cl := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
 		t.Cleanup(func() { _ = cl.Close() })
@@ -221,7 +222,7 @@ func TestReplicaReadsStopWhenTheMasterIsReplaced(t *testing.T) {
 	f.r.servedByReplica(f.r.fallback("m:1"), f.master, f.replica, 1)
 	open(f.master)
 	require.Equal(t, []string{"m:1"}, f.r.readFromReplica())
-	f.slots = []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "r:1"}}}} // promoted
+	f.view = slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "r:1"}}}}) // promoted
 	assert.Nil(t, f.r.masterOf("r:1"))
 	assert.Empty(t, f.r.readFromReplica())
 	assert.Equal(t, EventReplicaReadsStopped, f.events[len(f.events)-1].Kind)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisguard/redisguard/internal/outlier"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // slowNodes marks the nodes that answer far slower than their peers (see
@@ -21,9 +22,9 @@ import (
 type slowNodes struct {
 	k   *core
 	det *outlier.Detector
-	// groups, if set, maps each node address to its shard (its master's
-	// address), so that no two nodes of a shard are marked at once.
-	groups func() map[string]string
+	// shards, if set, returns the slot map whose shards group the nodes,
+	// so that no two nodes of a shard are marked at once.
+	shards func() *slotmap.Map
 
 	nextEval atomic.Int64 // unix ns of the next evaluation
 }
@@ -91,15 +92,15 @@ func (s *slowNodes) observe(nodes *nodeSet, n *node, cmd redis.Cmder, start time
 
 // evaluate revisits every node's mark and applies the changes.
 func (s *slowNodes) evaluate(nodes *nodeSet, now time.Time) {
-	var groups map[string]string
-	if s.groups != nil {
-		groups = s.groups()
+	var shards *slotmap.Map
+	if s.shards != nil {
+		shards = s.shards()
 	}
 	all := nodes.all()
 	list := make([]outlier.Node, 0, len(all))
 	byAddr := make(map[string]*node, len(all))
 	for _, n := range all {
-		list = append(list, outlier.Node{ID: n.addr, Group: groups[n.addr], Latency: &n.lat})
+		list = append(list, outlier.Node{ID: n.addr, Group: shards.Shard(n.addr), Latency: &n.lat})
 		byAddr[n.addr] = n
 	}
 	for _, ch := range s.det.Evaluate(now, list) {

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // subscriptionBudget is installed on the clients that run subscriptions
@@ -210,10 +210,8 @@ func (s *subscriptions) healthyNode(avoid string) string {
 		candidates = append(candidates, addr)
 	}
 	if s.topo != nil {
-		for _, r := range s.topo.lastSlots() {
-			for _, cn := range r.Nodes {
-				add(cn.Addr)
-			}
+		for _, addr := range s.topo.slotMap().Nodes() {
+			add(addr)
 		}
 	}
 	if len(candidates) == 0 {
@@ -283,15 +281,11 @@ func (s *subscriptions) successor(addr string) string {
 	if len(ranges) == 0 || s.topo == nil {
 		return ""
 	}
-	slots := s.topo.lastSlots()
+	view := s.topo.slotMap()
 	to := ""
 	for _, r := range ranges {
-		i := slices.IndexFunc(slots, func(cs redis.ClusterSlot) bool { return cs.Start <= r.Start && r.Start <= cs.End })
-		if i < 0 || len(slots[i].Nodes) == 0 {
-			return ""
-		}
-		m := slots[i].Nodes[0].Addr
-		if m == addr || (to != "" && m != to) {
+		m := view.Owner(r.Start)
+		if m == "" || m == addr || (to != "" && m != to) {
 			return ""
 		}
 		to = m
@@ -303,15 +297,9 @@ func (s *subscriptions) successor(addr string) string {
 }
 
 // servedBy returns the slot ranges addr is master of in the last slot map.
-func (s *subscriptions) servedBy(addr string) []redis.ClusterSlot {
+func (s *subscriptions) servedBy(addr string) []slotmap.Range {
 	if s.topo == nil {
 		return nil
 	}
-	var out []redis.ClusterSlot
-	for _, cs := range s.topo.lastSlots() {
-		if len(cs.Nodes) > 0 && cs.Nodes[0].Addr == addr {
-			out = append(out, redis.ClusterSlot{Start: cs.Start, End: cs.End})
-		}
-	}
-	return out
+	return s.topo.slotMap().ServedBy(addr)
 }

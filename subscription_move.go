@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisguard/redisguard/internal/resp"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // subscriptions knows every live subscription connection of a Client and
@@ -47,7 +48,7 @@ type subscriptions struct {
 	conns   map[string]map[*subscriptionConn]struct{} // guarded by mu; live connections by address
 	avoided map[string]time.Time                      // guarded by mu; nodes that left a PING unanswered, until when
 	pending []pendingMove                             // guarded by mu; broken subscriptions not yet re-established
-	owned   map[string][]redis.ClusterSlot            // guarded by mu; the slots each node served when subscriptions were moved off it
+	owned   map[string][]slotmap.Range                // guarded by mu; the slots each node served when subscriptions were moved off it
 	shard   *redis.ClusterClient                      // guarded by mu; sharded subscriptions' client, built on first use
 	plain   redis.UniversalClient                     // guarded by mu; Subscribe's and PSubscribe's client, built on first use
 	closed  bool                                      // guarded by mu
@@ -72,7 +73,7 @@ const pendingMoveTTL = time.Minute
 // a master the sentinels replaced (Sentinel mode).
 func newSubscriptions(k *core, a *admission, nodes *nodeSet, topo *topology, master *sentinelMaster, hooks *clientHooks) *subscriptions {
 	s := &subscriptions{k: k, a: a, nodes: nodes, topo: topo, master: master, hooks: hooks, ownerWait: ownerWait,
-		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]redis.ClusterSlot)}
+		conns: make(map[string]map[*subscriptionConn]struct{}), avoided: make(map[string]time.Time), owned: make(map[string][]slotmap.Range)}
 	switch {
 	case topo != nil:
 		// Another node serves a classic subscription at once, and a

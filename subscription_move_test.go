@@ -14,6 +14,7 @@ import (
 
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/clock"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // subscriptionsFixture is a subscriptions with a fake clock, nodes whose
@@ -252,7 +253,7 @@ func TestSubscriptionShardedDialFindsNewOwner(t *testing.T) {
 			{Start: 100, End: 199, Nodes: []redis.ClusterNode{{Addr: owners[1]}}},
 			{Start: 200, End: 16383, Nodes: []redis.ClusterNode{{Addr: "c:1"}}},
 		}
-		f.s.topo.slots.Store(&slots)
+		f.s.topo.view.Store(slotmap.New(slots))
 	}
 	setMap("a:1", "a:1")
 	f.s.moveFrom("a:1") // remembers that a:1 served 0-199

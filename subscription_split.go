@@ -816,12 +816,7 @@ func (s *subscriptions) ownerOf(slot int) string {
 	if s.topo == nil {
 		return ""
 	}
-	for _, cs := range s.topo.lastSlots() {
-		if cs.Start <= slot && slot <= cs.End && len(cs.Nodes) > 0 {
-			return cs.Nodes[0].Addr
-		}
-	}
-	return ""
+	return s.topo.slotMap().Owner(slot)
 }
 
 // Close closes every leg; the first leg gives the permit back. After a

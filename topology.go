@@ -5,13 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // Topology refresh limits. A refresh is one CLUSTER SLOTS sent to one node;
@@ -46,10 +47,10 @@ type topology struct {
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
 	ordinary *redis.ClusterClient   // guarded by mu; the ordinary one, whose node clients serve every key and fetch the first map for answer
 
-	slots       atomic.Pointer[[]redis.ClusterSlot] // last map fetched; read-only once stored
-	fetching    atomic.Bool                         // a fetch is in flight: calls wait for its map
-	nextFetch   atomic.Int64                        // unix ns before which CLUSTER SLOTS is answered from slots
-	nextTrigger atomic.Int64                        // unix ns before which trigger does not ask again
+	view        atomic.Pointer[slotmap.Map] // last map fetched, indexed; nil before the first
+	fetching    atomic.Bool                 // a fetch is in flight: calls wait for its map
+	nextFetch   atomic.Int64                // unix ns before which CLUSTER SLOTS is answered from slots
+	nextTrigger atomic.Int64                // unix ns before which trigger does not ask again
 
 	fetches  atomic.Uint64 // CLUSTER SLOTS calls sent to a server
 	failures atomic.Uint64 // of which failed
@@ -140,11 +141,11 @@ func (t *topology) answer(ctx context.Context, cmd redis.Cmder) error {
 	if !ok {
 		return errNoSlotMap
 	}
-	slots := t.slots.Load()
+	view := t.view.Load()
 	switch {
-	case slots != nil && t.k.clock.Now().UnixNano() >= t.nextFetch.Load():
+	case view != nil && t.k.clock.Now().UnixNano() >= t.nextFetch.Load():
 		t.trigger()
-	case slots == nil:
+	case view == nil:
 		src := t.ordinaryClient()
 		if src == nil || t.k.clock.Now().UnixNano() < t.nextFetch.Load() {
 			// No client to fetch with, or its fetch has just failed: go-redis
@@ -157,11 +158,11 @@ func (t *topology) answer(ctx context.Context, cmd redis.Cmder) error {
 		if err != nil {
 			return err
 		}
-		if slots = t.slots.Load(); slots == nil {
+		if view = t.view.Load(); view == nil {
 			return errNoSlotMap
 		}
 	}
-	sc.SetVal(*slots)
+	sc.SetVal(view.Slots())
 	return nil
 }
 
@@ -206,9 +207,10 @@ func (t *topology) load(ctx context.Context, fetch func(context.Context) ([]redi
 			t.k.emit(Event{Kind: EventRefreshFailed, Duration: took, Err: err.Error()})
 			return nil, err
 		}
-		prev := t.slots.Swap(&slots)
+		view := slotmap.New(slots)
+		prev := t.view.Swap(view)
 		t.k.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
-		if prev != nil && !sameSlots(*prev, slots) {
+		if prev != nil && !prev.Same(view) {
 			t.adopt()
 		}
 		return slots, nil
@@ -223,11 +225,11 @@ func (t *topology) load(ctx context.Context, fetch func(context.Context) ([]redi
 // it was fetched within the interval, and no fetch is in flight to replace
 // it. Otherwise nil: the call joins the fetch in flight, or makes one.
 func (t *topology) fresh() []redis.ClusterSlot {
-	cached := t.slots.Load()
+	cached := t.view.Load()
 	if cached == nil || t.fetching.Load() || t.k.clock.Now().UnixNano() >= t.nextFetch.Load() {
 		return nil
 	}
-	return *cached
+	return cached.Slots()
 }
 
 // adopt has every attached client reload its slot map, which the fresh
@@ -242,39 +244,6 @@ func (t *topology) adopt() {
 	}
 }
 
-// sameSlots reports whether two slot maps give every range to the same
-// nodes, in the same order.
-func sameSlots(a, b []redis.ClusterSlot) bool {
-	return slices.EqualFunc(a, b, func(x, y redis.ClusterSlot) bool {
-		return x.Start == y.Start && x.End == y.End &&
-			slices.EqualFunc(x.Nodes, y.Nodes, func(m, n redis.ClusterNode) bool { return m.Addr == n.Addr })
-	})
-}
-
-// lastSlots returns the last slot map fetched, or nil before the first.
-// The slice is shared and must not be modified.
-func (t *topology) lastSlots() []redis.ClusterSlot {
-	if p := t.slots.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// shards maps each node address of the last slot map to its shard's master
-// address; nil before the first map.
-func (t *topology) shards() map[string]string {
-	slots := t.lastSlots()
-	if slots == nil {
-		return nil
-	}
-	out := make(map[string]string)
-	for _, r := range slots {
-		if len(r.Nodes) == 0 {
-			continue
-		}
-		for _, n := range r.Nodes {
-			out[n.Addr] = r.Nodes[0].Addr
-		}
-	}
-	return out
-}
+// slotMap returns the last slot map fetched, with its indexes; nil before
+// the first, which every look-up of a nil map takes for empty.
+func (t *topology) slotMap() *slotmap.Map { return t.view.Load() }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redisguard/redisguard/internal/clock"
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // Cluster mode reports each CLUSTER SLOTS it sends as a started/finished
@@ -110,14 +111,6 @@ func TestTopologyCallDuringFetchWaitsForIt(t *testing.T) {
 	assert.Equal(t, 1, fetches, "one fetch went to the fake node, the other to the slow one")
 }
 
-func TestSameSlots(t *testing.T) {
-	a := []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "m:1"}, {Addr: "r:1"}}}}
-	assert.True(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "m:1", ID: "x"}, {Addr: "r:1"}}}}))
-	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 100, Nodes: []redis.ClusterNode{{Addr: "r:1"}, {Addr: "m:1"}}}}), "promoted")
-	assert.False(t, sameSlots(a, []redis.ClusterSlot{{Start: 0, End: 99, Nodes: a[0].Nodes}}))
-	assert.False(t, sameSlots(a, nil))
-}
-
 // ClusterSlots shards by hand over servers that are not cluster nodes:
 // each key goes where the map says, on the long client too, every reload
 // of every go-redis client the Client runs is answered by one cache, and
@@ -161,8 +154,8 @@ func TestClusterSlotsShardsByHand(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	assert.Positive(t, before)
 	assert.LessOrEqual(t, calls.Load(), before+1, "reloads within the refresh interval are answered from the cache")
-	assert.Equal(t, slots, c.topo.lastSlots())
-	assert.Equal(t, map[string]string{a.Addr: a.Addr, b.Addr: b.Addr}, c.topo.shards())
+	assert.Equal(t, slots, c.topo.slotMap().Slots())
+	assert.Equal(t, []string{a.Addr, b.Addr}, c.topo.slotMap().Masters())
 }
 
 // With NoRedirects a MOVED reply reaches the caller as the command's error,
@@ -205,7 +198,7 @@ func TestTopologyAnswersSubscriptionClientsFromTheCache(t *testing.T) {
 	assert.ErrorIs(t, topo.answer(ctx, cmd), errNoSlotMap)
 
 	m := []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "a:1"}}}}
-	topo.slots.Store(&m)
+	topo.view.Store(slotmap.New(m))
 	clk.Advance(time.Hour) // past every interval: still the cached map
 	cmd = redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
 	require.NoError(t, topo.answer(ctx, cmd))
