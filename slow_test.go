@@ -130,6 +130,19 @@ func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
 	assert.Equal(t, "recovered", f.events[1].Decision)
 }
 
+// A node behind an open breaker serves nothing: with one of four out, a
+// slow node is not marked too, which would leave half of them refusing.
+func TestSlowNodeNotMarkedBesideAnOpenBreaker(t *testing.T) {
+	f := newSlowFixture(t, Config{MaxConnections: 40})
+	a, _ := f.nodes.lookup("a:1")
+	d, _ := f.nodes.lookup("d:1")
+	open(d)
+	f.run(3*time.Second, map[string]time.Duration{"a:1": 80 * time.Millisecond})
+	assert.False(t, a.slow.Load(), "marked beside a node that is out")
+	assert.False(t, d.slow.Load())
+	assert.NotContains(t, f.kinds(), EventNodeSlow)
+}
+
 func TestSlowNodeMarkingOff(t *testing.T) {
 	f := newSlowFixture(t, Config{SlowNodeFactor: 4})
 	assert.NotNil(t, f.nodes.slow)

@@ -93,6 +93,10 @@ type Node struct {
 	// a time. An empty Group is a group of its own.
 	Group   string
 	Latency *Latency
+	// Out says the node serves nothing now (its breaker is open): it is
+	// not marked, and it counts with the marked toward the half of the
+	// nodes that are never out of service at once.
+	Out bool
 }
 
 // Change is a node gaining or losing its mark.
@@ -287,13 +291,19 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		}
 	}
 
+	for _, j := range all {
+		if j.n.Out && !j.st.marked {
+			marked++
+		}
+	}
+
 	// Mark the worst first, never a second node of a group, and never half
-	// of the nodes.
+	// of the nodes, those out counted.
 	slices.SortFunc(all, func(a, b judged) int { return cmp.Compare(b.est, a.est) })
 	for i := range all {
 		j := &all[i]
 		st := j.st
-		if st.marked || !j.slow || j.fastNow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples ||
+		if st.marked || j.n.Out || !j.slow || j.fastNow || st.slowSince.IsZero() || now.Sub(st.slowSince) < d.s.MarkAfter || j.samples-st.samplesAt < d.s.MinSamples ||
 			now.Before(st.quietUntil) {
 			continue
 		}

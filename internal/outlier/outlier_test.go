@@ -248,6 +248,20 @@ func TestDetectorBounds(t *testing.T) {
 		c.run(5 * time.Second)
 		assert.Empty(t, marked(c), "one of two is half")
 	})
+	t.Run("a node out counts toward the half", func(t *testing.T) {
+		c := newCluster(t, Settings{}, "a", "b", "c", "d")
+		c.nodes[3].Out = true // its breaker is open; its samples are from before
+		c.lat["n0"] = 60 * time.Millisecond
+		c.run(5 * time.Second)
+		assert.Empty(t, marked(c), "one out and one marked of four is half")
+
+		c = newCluster(t, Settings{}, "a", "b", "c", "d", "e")
+		c.nodes[4].Out = true
+		c.lat["n0"] = 60 * time.Millisecond
+		c.lat["n4"] = 60 * time.Millisecond
+		c.run(5 * time.Second)
+		assert.Equal(t, []string{"n0"}, marked(c), "two of five are under half; the node out is never marked")
+	})
 	t.Run("every node slow", func(t *testing.T) {
 		c := newCluster(t, Settings{}, "a", "a", "b", "b", "c", "c")
 		for id := range c.lat {
