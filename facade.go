@@ -222,8 +222,15 @@ func translateBatch(ctx context.Context, cmds []redis.Cmder, err error, translat
 	return translate(ctx, err)
 }
 
-// translate maps what go-redis returns onto the documented error set. Redis
-// replies (including redis.Nil) pass through untouched: they are answers.
+// translate is the caller's half of the error translation, the node
+// guard's callerError the node's: a sealed error is opened, the caller's
+// own context and a closed client take precedence, and Redis replies
+// (including redis.Nil) pass through untouched: they are answers. What
+// names a node (a transport failure, a pool timeout) the guard typed
+// before go-redis saw it. Each half returns what the other returns
+// unchanged, so that the order a mode puts them in (the facade inside the
+// guard in Standalone and Sentinel mode, outside in Cluster mode) changes
+// nothing (TestErrorTranslationInEitherOrder).
 func (f *facade) translate(ctx context.Context, err error) error {
 	if err == nil || err == redis.Nil {
 		return err
@@ -235,14 +242,14 @@ func (f *facade) translate(ctx context.Context, err error) error {
 	if f.k.closed.Load() || errors.Is(err, redis.ErrClosed) {
 		return ErrClosed
 	}
-	if ctxErr := contextDone(ctx); ctxErr != nil && !isGuardError(err) {
+	if ctxErr := contextDone(ctx); ctxErr != nil && !isGuardError(err) && !isExhaustion(err) {
 		// The caller's own deadline or cancellation ended the call; go-redis
 		// reports it as an i/o timeout on the socket. Hand back ctx.Err()
-		// unchanged so callers can test it with ==.
+		// unchanged so callers can test it with ==. A pool that stayed
+		// exhausted for PoolTimeout is the guard's to report, as the
+		// decisions of redisguard's own are, whatever the context did
+		// meanwhile.
 		return ctxErr
-	}
-	if errors.Is(err, redis.ErrPoolTimeout) {
-		return ErrPoolExhausted
 	}
 	return err
 }

@@ -702,14 +702,10 @@ func (n *node) translate(err error) error {
 	return withoutSetup(err)
 }
 
-// isExhaustion reports whether an operation found no capacity. In
-// Standalone and Sentinel mode the facade hook sits inside this one (it is
-// added to the same client later) and has already turned go-redis's pool
-// timeout into the bare ErrPoolExhausted; in Cluster mode it sits outside
-// and this hook sees the pool timeout itself.
-func isExhaustion(err error) bool {
-	return err == ErrPoolExhausted || errors.Is(err, redis.ErrPoolTimeout)
-}
+// isExhaustion reports whether an operation found no connection in the
+// node's pool: go-redis's pool timeout, which only the guard translates
+// (callerError), in every mode.
+func isExhaustion(err error) bool { return errors.Is(err, redis.ErrPoolTimeout) }
 
 // noteExhausted counts and reports an ordinary operation that found the
 // node's pool exhausted: once per operation, however many commands a
