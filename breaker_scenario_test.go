@@ -22,7 +22,7 @@ import (
 // the dead node's requests fast, recover after the pause, and keep topology
 // calls to at most about two a second during the event.
 func TestScenarioPausedMaster(t *testing.T) {
-	alone(t)
+	sideBySide(t)
 	// A long node timeout: this scenario is a hang, not a failover, and the
 	// other masters must not declare the cluster down meanwhile.
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
