@@ -206,3 +206,47 @@ func TestHealthyIdleClientAddsNothing(t *testing.T) {
 	assert.Positive(t, stockConns)
 	assert.LessOrEqual(t, guardConns, stockConns, "redisguard holds more connections than go-redis alone")
 }
+
+// The Cluster form of an idle breaker: a master killed, its replica
+// promoted, traffic stopped, then the old master started again. It comes
+// back as a replica nobody sends to, and its breaker still reads closed
+// within a second of it answering, its closed event giving the outage the
+// node had. Full length only (make scenarios): a failover takes seconds.
+func TestScenarioIdleClusterBreakerClosesOnItsProbes(t *testing.T) {
+	if !scenarioFull() {
+		t.Skip("a full-length scenario (REDISGUARD_SCENARIO=full)")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
+	events := &eventLog{}
+	c := newTestClient(t, Config{Addrs: cl.Addrs(), OnEvent: events.onEvent})
+	dead := cl.Masters[0]
+	key := cl.KeyOn(t, dead, "idle:")
+	ctx := testCtx(t, 60*time.Second)
+	require.NoError(t, c.Set(ctx, key, "before", 0).Err())
+
+	dead.Kill(t)
+	killed := time.Now()
+	for c.Set(ctx, key, "during", 0).Err() != nil && time.Since(killed) < 30*time.Second {
+		time.Sleep(20 * time.Millisecond) // until the replica is promoted and the map names it
+	}
+	require.NoError(t, c.Set(ctx, key, "after", 0).Err(), "writes never followed the promotion")
+	opened := events.find(EventBreakerOpened, func(e Event) bool { return e.Addr == dead.Addr })
+	require.NotEmpty(t, opened, "the killed master's breaker never opened")
+
+	// No traffic from here on: only the client's own probes reach the node.
+	dead.Restart(t) // returns once it answers PING
+	back := time.Now()
+	closedAt := events.waitEvent(t, 5*time.Second, EventBreakerClosed, func(e Event) bool { return e.Addr == dead.Addr })
+	closed := events.find(EventBreakerClosed, func(e Event) bool { return e.Addr == dead.Addr })
+	t.Logf("the old master answered %v after the opening; its breaker closed %v after that, reporting %v out",
+		back.Sub(opened[0].Time).Round(time.Millisecond), closedAt.Sub(back).Round(time.Millisecond),
+		closed[len(closed)-1].Duration.Round(time.Millisecond))
+	assert.Less(t, closedAt.Sub(back), time.Second, "the breaker stayed half-open without traffic")
+	assert.InDelta(t, float64(back.Sub(opened[0].Time)), float64(closed[len(closed)-1].Duration), float64(500*time.Millisecond),
+		"the closed event's outage is not the node's")
+	for _, n := range c.Stats().Nodes {
+		if n.Addr == dead.Addr {
+			assert.Equal(t, "closed", n.State)
+		}
+	}
+}
