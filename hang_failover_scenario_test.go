@@ -296,7 +296,9 @@ func TestScenarioHungMasterFailoverPaced(t *testing.T) {
 	// In the cluster's FAIL window every node refuses keyed commands:
 	// those are ridden out, not failed. Only writes to the hung master,
 	// which nothing can serve until the promotion, fail there.
-	inWindow := func(o op) bool { return o.err != nil && o.at >= rg.at(rg.failAt) && o.at < rg.at(rg.promotedAt)+500*time.Millisecond }
+	inWindow := func(o op) bool {
+		return o.err != nil && o.at >= rg.at(rg.failAt) && o.at < rg.at(rg.promotedAt)+500*time.Millisecond
+	}
 	failedInWindow := append(rg.reads.filter(-1, 0, time.Hour, inWindow), rg.writes.filter(1, 0, time.Hour, inWindow)...)
 	assert.Empty(t, failedInWindow, "reads, or writes to the other slots, failed in the FAIL window: %s", errorKinds(failedInWindow))
 	assert.Zero(t, mg.otherErrs, "calls for other slots failed outside the cluster's FAIL window")
