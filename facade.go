@@ -60,9 +60,31 @@ func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.Proces
 	}
 	// One classification per command; ordinary ones go straight on.
 	if class := classifyCmd(cmd); class != classOrdinary {
-		return f.translate(ctx, f.adm.process(ctx, cmd, class, onTx))
+		return f.translate(ctx, f.long(ctx, cmd, class, onTx))
 	}
 	return f.answered(ctx, cmd, next, next(ctx, cmd))
+}
+
+// long runs cmd, a blocking or holding command, on the long budget. A
+// reply that says the server cannot serve it now (it did not run) is
+// ridden out as an ordinary command's is (failedCmd), unless cmd is marked
+// NoRetry; each time it is sent again, its own timeout is shortened by the
+// time spent since it was last sent, so that it waits no longer in all
+// than its caller asked.
+//
+//go:noinline
+func (f *facade) long(ctx context.Context, cmd redis.Cmder, class cmdClass, onTx bool) error {
+	err := f.adm.process(ctx, cmd, class, onTx)
+	if !notServing(err) || cmd.NoRetry() {
+		return err
+	}
+	sent := f.k.clock.Now()
+	return f.ride.process(ctx, err, func(ctx context.Context) error {
+		now := f.k.clock.Now()
+		shortenWait(cmd.Args(), now.Sub(sent))
+		sent = now
+		return f.adm.process(ctx, cmd, class, onTx)
+	})
 }
 
 // answered returns err, what next answered an ordinary command, in
@@ -195,7 +217,7 @@ func (f *facade) leftover(ctx context.Context, cmd redis.Cmder, err error) error
 // unusualBatch is the facade's step for a batch after Close, or one that
 // blocks: a transaction (MULTI ... EXEC) is ordinary even with BLPOP inside,
 // since Redis never blocks within EXEC; any other batch holding a blocking
-// command goes to the long budget.
+// command goes to the long budget, and its refusals are ridden out.
 //
 //go:noinline
 func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool) error {
@@ -205,6 +227,22 @@ func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool
 	err := f.adm.processBatch(ctx, cmds, onTx)
 	if err == nil {
 		return nil
+	}
+	if firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+		// As long does for one command: the refused commands are sent
+		// again, their waits shortened by the time spent.
+		sent := f.k.clock.Now()
+		err = f.ride.batch(ctx, cmds, func(ctx context.Context, again []redis.Cmder) error {
+			now := f.k.clock.Now()
+			for _, cmd := range again {
+				shortenWait(cmd.Args(), now.Sub(sent))
+			}
+			sent = now
+			return f.adm.processBatch(ctx, again, onTx)
+		}, err)
+		if err == nil {
+			return nil
+		}
 	}
 	return translateBatch(ctx, cmds, err, f.translate)
 }

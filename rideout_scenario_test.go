@@ -19,8 +19,9 @@ import (
 
 // The cluster refuses keyed commands with CLUSTERDOWN for 1.5s: one master's
 // view loses a slot, as between a master's FAIL mark and its replica's
-// promotion. A GET and an INCR whose callers wait 5s are answered once it
-// serves again, the INCR run once; one whose caller waits 300ms ends typed.
+// promotion. A GET, an INCR and a BLPOP, alone and in a pipeline, whose
+// callers wait 5s are answered once it serves again, the INCR run once and
+// each element popped once; a GET whose caller waits 300ms ends typed.
 // No breaker opens: the nodes answered all along.
 func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 	if testing.Short() {
@@ -42,13 +43,19 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 		get, incr, short  error
 		getTook, incrTook time.Duration
 		count             int64
+		pop, pipePop      error         // a BLPOP, alone and in a pipeline, each of an element already there
+		popTook           time.Duration // the BLPOP alone
+		left              int64         // elements left in their lists: each popped once, none is
 	}
 	run := func(name string, c redis.UniversalClient) result {
 		r := result{name: name}
 		// Keys of the master that refuses, and of a slot it still owns.
 		key, counter := cl.KeyOn(t, owner, "down:"+name+":k"), cl.KeyOn(t, owner, "down:"+name+":n")
+		queue, pipeQueue := cl.KeyOn(t, owner, "down:"+name+":q"), cl.KeyOn(t, owner, "down:"+name+":p")
 		require.NoError(t, c.Set(ctx, key, "v", 0).Err())
 		require.NoError(t, c.Del(ctx, counter).Err())
+		require.NoError(t, c.RPush(ctx, queue, "x").Err())
+		require.NoError(t, c.RPush(ctx, pipeQueue, "y").Err())
 		// A master whose own view lacks a slot (it gave it up; its peers
 		// still name it the owner) takes the cluster for down and refuses
 		// every keyed command; the other masters serve.
@@ -65,7 +72,23 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 			defer close(back)
 			_ = owner.Admin().Do(context.Background(), "cluster", "addslots", 0).Err()
 		})
-		done := make(chan struct{}, 3)
+		done := make(chan struct{}, 5)
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			r.pop = c.BLPop(call, 3*time.Second, queue).Err()
+			r.popTook = time.Since(down)
+			done <- struct{}{}
+		}()
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			pipe := c.Pipeline()
+			pop := pipe.BLPop(call, 3*time.Second, pipeQueue)
+			_, _ = pipe.Exec(call)
+			r.pipePop = pop.Err()
+			done <- struct{}{}
+		}()
 		go func() {
 			call, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -86,7 +109,7 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 			r.short = c.Get(call, key).Err()
 			done <- struct{}{}
 		}()
-		for range 3 {
+		for range 5 {
 			<-done
 		}
 		<-back
@@ -94,6 +117,7 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 		if n, err := owner.Admin().Get(ctx, counter).Int64(); err == nil {
 			r.count = n
 		}
+		r.left = owner.Admin().LLen(ctx, queue).Val() + owner.Admin().LLen(ctx, pipeQueue).Val()
 		assert.NoError(t, c.Set(ctx, cl.KeyOn(t, other, "down:"+name+":o"), "v", 0).Err(), "another master's key")
 		return r
 	}
@@ -112,16 +136,22 @@ func TestScenarioClusterDownIsRiddenOut(t *testing.T) {
 		return err.Error()
 	}
 	row := func(r result) []string {
-		return []string{r.name, show(r.get), fmtDur(r.getTook), show(r.incr), fmtDur(r.incrTook), strconv.FormatInt(r.count, 10), show(r.short)}
+		return []string{r.name, show(r.get), fmtDur(r.getTook), show(r.incr), fmtDur(r.incrTook), strconv.FormatInt(r.count, 10), show(r.short),
+			show(r.pop), fmtDur(r.popTook), show(r.pipePop), strconv.FormatInt(r.left, 10)}
 	}
 	table(t, "the cluster answers CLUSTERDOWN for 1.5s",
-		[]string{"client", "GET (5s)", "answered after", "INCR (5s)", "answered after", "counter", "GET (300ms)"}, row(rs), row(rg))
+		[]string{"client", "GET (5s)", "answered after", "INCR (5s)", "answered after", "counter", "GET (300ms)",
+			"BLPOP 3s (5s)", "answered after", "BLPOP 3s in a pipeline", "elements left"}, row(rs), row(rg))
 
 	require.NoError(t, rg.get, "a GET with time to wait was not ridden out")
 	require.NoError(t, rg.incr, "an INCR with time to wait was not ridden out")
 	assert.Equal(t, int64(1), rg.count, "the INCR ran other than once")
 	assert.GreaterOrEqual(t, rg.getTook, 1400*time.Millisecond, "answered before the cluster served again?")
 	assert.Less(t, rg.getTook, 1500*time.Millisecond+pick(1200*time.Millisecond, 2*time.Second), "answered long after the cluster served again")
+	require.NoError(t, rg.pop, "a BLPOP with time to wait was not ridden out")
+	require.NoError(t, rg.pipePop, "a BLPOP in a pipeline with time to wait was not ridden out")
+	assert.Zero(t, rg.left, "an element was not popped")
+	assert.Less(t, rg.popTook, 1500*time.Millisecond+pick(1200*time.Millisecond, 2*time.Second), "the BLPOP answered long after the cluster served again")
 	require.ErrorIs(t, rg.short, ErrNotServing, "the 300ms GET")
 	assert.False(t, isRedisReply(rg.short), "the raw reply reached the caller")
 	assert.Empty(t, events.find(EventBreakerOpened, func(Event) bool { return true }), "a breaker opened on replies")
