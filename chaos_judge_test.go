@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 )
 
 // How the chaos soak (chaos_test.go) judges what its workload recorded, and
@@ -28,6 +30,7 @@ const (
 	classReply                    // a Redis error reply other than a redirect
 	classNet                      // a network error (allowed on a faulted node only)
 	classRedirect                 // a raw MOVED or ASK: a violation
+	classRefusal                  // a raw CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN or READONLY, not ridden out: a violation
 	classUntyped                  // anything else: a violation
 )
 
@@ -44,6 +47,9 @@ func classifyOutcome(err error) errClass {
 	}
 	if _, _, ok := redirectOf(err); ok {
 		return classRedirect
+	}
+	if notServing(err) {
+		return classRefusal
 	}
 	if isRedisReply(err) {
 		return classReply
@@ -87,6 +93,9 @@ func (w *chaosWorld) record(kind string, shard int, t0, dl time.Time, err error)
 	case classRedirect:
 		w.redirects++
 		w.sample("raw redirect: %s: %v", kind, err)
+	case classRefusal:
+		w.refusals++
+		w.sample("raw refusal: %s: %v", kind, err)
 	case classUntyped:
 		w.untyped++
 		w.sample("untyped: %s: %T %v", kind, err, err)
@@ -221,7 +230,7 @@ func (w *chaosWorld) sample(format string, args ...any) {
 }
 
 func (c errClass) String() string {
-	return [...]string{"ok", "guard", "context", "reply", "net", "redirect", "untyped"}[c]
+	return [...]string{"ok", "guard", "context", "reply", "net", "redirect", "refusal", "untyped"}[c]
 }
 
 // chaosReport is the invariants report.
@@ -232,6 +241,7 @@ type chaosReport struct {
 	ops, ok                        int
 	okBy, counts, replies          map[string]int
 	untyped, redirects, panics     int
+	refusals                       int
 	netHealthy, netFaulted         int
 	overruns                       int
 	worstOverrun                   time.Duration
@@ -260,7 +270,7 @@ func (w *chaosWorld) report() chaosReport {
 	defer w.mu.Unlock()
 	r := chaosReport{
 		ops: w.ops, ok: w.ok, okBy: w.okBy, counts: w.counts, replies: w.replies,
-		untyped: w.untyped, redirects: w.redirects, panics: int(w.panics.Load()),
+		untyped: w.untyped, redirects: w.redirects, refusals: w.refusals, panics: int(w.panics.Load()),
 		netHealthy: w.netHealthy, netFaulted: w.netFaulted,
 		overruns: w.overruns, worstOverrun: w.worstOverrun, overrunsCrashed: w.overrunsCrashed, overrunsPaused: w.overrunsPaused,
 		received: w.received.Load(), published: w.published.Load(),
@@ -327,8 +337,8 @@ func (r chaosReport) String() string {
 		fmt.Fprintf(&b, " %s=%d", k, r.replies[k])
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "  [%s] errors typed: %d ops, %d ok; untyped %d, raw MOVED/ASK %d, panics %d; network errors %d on faulted nodes, %d on healthy ones\n",
-		passFail(r.untyped+r.redirects+r.panics+r.netHealthy == 0), r.ops, r.ok, r.untyped, r.redirects, r.panics, r.netFaulted, r.netHealthy)
+	fmt.Fprintf(&b, "  [%s] errors typed: %d ops, %d ok; untyped %d, raw MOVED/ASK %d, raw refusals %d, panics %d; network errors %d on faulted nodes, %d on healthy ones\n",
+		passFail(r.untyped+r.redirects+r.refusals+r.panics+r.netHealthy == 0), r.ops, r.ok, r.untyped, r.redirects, r.refusals, r.panics, r.netFaulted, r.netHealthy)
 	fmt.Fprintf(&b, "  [%s] acknowledged values readable on keys no data-losing fault touched: %d lost\n", passFail(len(r.lost) == 0), len(r.lost))
 	for i, l := range r.lost {
 		if i == 5 {
@@ -373,4 +383,30 @@ func errOrNone(err error) string {
 		return "none"
 	}
 	return err.Error()
+}
+
+// What the soak's judge makes of each kind of outcome: a refusal that says
+// the server cannot serve now must have been ridden out, so one that
+// reaches the caller raw is a violation, as a raw redirect is.
+func TestChaosJudgeClassifies(t *testing.T) {
+	node := &NodeError{Addr: "a:1", Err: ErrNodeUnavailable}
+	for _, tt := range []struct {
+		err  error
+		want errClass
+	}{
+		{nil, classOK},
+		{redis.Nil, classOK},
+		{node, classGuard},
+		{notServingError(redis.ErrCrossSlot), classGuard},
+		{context.DeadlineExceeded, classContext},
+		{redis.ErrCrossSlot, classReply},
+		{redisErr("CLUSTERDOWN The cluster is down"), classRefusal},
+		{redisErr("READONLY You can't write against a read only replica."), classRefusal},
+		{redisErr("LOADING Redis is loading the dataset in memory"), classRefusal},
+		{redisErr("MOVED 3999 127.0.0.1:6381"), classRedirect},
+		{io.EOF, classNet},
+		{errors.New("boom"), classUntyped},
+	} {
+		assert.Equal(t, tt.want, classifyOutcome(tt.err), "%v", tt.err)
+	}
 }

@@ -202,6 +202,7 @@ func TestChaos(t *testing.T) {
 
 	assert.Zero(t, r.untyped, "untyped errors: %s", r.samples)
 	assert.Zero(t, r.redirects, "raw MOVED/ASK: %s", r.samples)
+	assert.Zero(t, r.refusals, "raw refusals, not ridden out: %s", r.samples)
 	assert.Zero(t, r.netHealthy, "network errors on a node no fault touched: %s", r.samples)
 	assert.Zero(t, r.panics, "panics: %s", r.samples)
 	assert.Empty(t, lost, "acknowledged values lost on keys no fault touched")

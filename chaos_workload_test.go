@@ -60,6 +60,7 @@ type chaosWorld struct {
 	samples         []string       // guarded by mu: the first violations, for the report
 	untyped         int            // guarded by mu
 	redirects       int            // guarded by mu
+	refusals        int            // guarded by mu
 	netHealthy      int            // guarded by mu
 	netFaulted      int            // guarded by mu
 	overruns        int            // guarded by mu
