@@ -49,7 +49,7 @@ type topology struct {
 
 	view        atomic.Pointer[slotmap.Map] // last map fetched, indexed; nil before the first
 	fetching    atomic.Bool                 // a fetch is in flight: calls wait for its map
-	nextFetch   atomic.Int64                // unix ns before which CLUSTER SLOTS is answered from slots
+	nextFetch   atomic.Int64                // unix ns before which CLUSTER SLOTS is answered from view
 	nextTrigger atomic.Int64                // unix ns before which trigger does not ask again
 
 	fetches  atomic.Uint64 // CLUSTER SLOTS calls sent to a server
