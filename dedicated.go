@@ -329,8 +329,13 @@ func isUnblocked(err error) bool {
 }
 
 // reusable reports whether a dedicated connection is clean after a call
-// that ended with err: a reply, even an error reply, was read in full.
-func reusable(err error) bool { return err == nil || err == redis.Nil || isRedisReply(err) }
+// that ended with err: a reply, even an error reply, was read in full. Not
+// after the reply a master that becomes a replica ends its blocking calls
+// with (isDemotedUnblock): the next call sent on that connection failed
+// with EOF, so the call sent again after it dials afresh.
+func reusable(err error) bool {
+	return err == nil || err == redis.Nil || (isRedisReply(err) && !isDemotedUnblock(err))
+}
 
 // interrupt ends the call on d whose context was cancelled, and returns
 // once finished is closed or the call is cut off. The call must end within

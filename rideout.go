@@ -65,7 +65,17 @@ func newRideOut(max time.Duration, readOnly func()) *rideOut {
 // serve the command now and did not run it.
 func notServing(err error) bool {
 	return err != nil && err != redis.Nil && isRedisReply(err) && (redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
-		redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsReadOnlyError(err))
+		redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsReadOnlyError(err) || isDemotedUnblock(err))
+}
+
+// isDemotedUnblock reports whether err is what a master that becomes a
+// replica answers the blocking calls waiting on it ("UNBLOCKED force
+// unblock from blocking operation, instance state changed (master ->
+// replica?)"): they did not run, and their keys are served elsewhere now.
+// The UNBLOCKED of a CLIENT UNBLOCK, redisguard's own, is not it.
+func isDemotedUnblock(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "UNBLOCKED ") && strings.Contains(msg, "instance state changed")
 }
 
 // refusalKind is the reply's first word: CLUSTERDOWN, TRYAGAIN...

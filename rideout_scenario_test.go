@@ -331,3 +331,69 @@ func TestScenarioReadOnlyBehindANameIsRiddenOut(t *testing.T) {
 	// its own READONLY has come back.
 	assert.LessOrEqual(t, rg.refusedByDemoted, writers, "writes kept going to the demoted primary")
 }
+
+// A BLPOP waits on a master that a graceful CLUSTER FAILOVER turns into a
+// replica: Redis ends it with "UNBLOCKED ... instance state changed", a
+// reply that says it did not run. It is sent again, where its key is
+// served now, and pops the element pushed there after the failover, once.
+// go-redis alone, beside it, hands the caller the reply.
+func TestScenarioBlockingCallOnADemotedMasterFollowsIt(t *testing.T) {
+	sideBySide(t)
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
+	owner := cl.Masters[1]
+	partner := replicaOf(cl, owner)
+	guardQ, stockQ := cl.KeyOn(t, owner, "demoted:guard:"), cl.KeyOn(t, owner, "demoted:stock:")
+	c := newTestClient(t, Config{Addrs: cl.Addrs()})
+	stock := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = stock.Close() })
+	ctx := testCtx(t, time.Minute)
+	require.NoError(t, c.Ping(ctx).Err())
+	require.NoError(t, stock.Ping(ctx).Err())
+
+	type popped struct {
+		val  []string
+		err  error
+		took time.Duration
+	}
+	start := time.Now()
+	pop := func(cl redis.UniversalClient, q string) <-chan popped {
+		ch := make(chan popped, 1)
+		go func() {
+			call, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			v, err := cl.BLPop(call, 10*time.Second, q).Result()
+			ch <- popped{v, err, time.Since(start)}
+		}()
+		return ch
+	}
+	guard, alone := pop(c, guardQ), pop(stock, stockQ)
+	redistest.WaitFor(t, 5*time.Second, "both BLPOPs to wait on the master", func() error {
+		if n := blockedClients(t, owner); n < 2 {
+			return fmt.Errorf("%d blocked", n)
+		}
+		return nil
+	})
+	require.NoError(t, partner.Admin().Do(ctx, "cluster", "failover").Err())
+	redistest.WaitFor(t, 10*time.Second, "the replica to be promoted", func() error {
+		if r := role(partner); r != "master" {
+			return fmt.Errorf("role %q", r)
+		}
+		return nil
+	})
+	promoted := time.Since(start)
+	require.NoError(t, partner.Admin().RPush(ctx, guardQ, "x").Err())
+	require.NoError(t, partner.Admin().RPush(ctx, stockQ, "x").Err())
+	g, s := <-guard, <-alone
+	show := func(p popped) string {
+		if p.err != nil {
+			return p.err.Error()
+		}
+		return fmt.Sprint(p.val)
+	}
+	t.Logf("promoted %v after the BLPOPs were sent; go-redis alone: %s after %v; redisguard: %s after %v",
+		promoted.Round(time.Millisecond), show(s), s.took.Round(time.Millisecond), show(g), g.took.Round(time.Millisecond))
+	require.NoError(t, g.err, "the BLPOP on the demoted master was not sent again")
+	assert.Equal(t, []string{guardQ, "x"}, g.val)
+	assert.Zero(t, partner.Admin().LLen(ctx, guardQ).Val(), "the element was not popped")
+	assert.Less(t, g.took, 10*time.Second, "the BLPOP waited its whole timeout again")
+}

@@ -35,11 +35,13 @@ var clusterDown = redisErr("CLUSTERDOWN The cluster is down")
 func TestNotServing(t *testing.T) {
 	for _, reply := range []string{"CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot",
 		"LOADING Redis is loading the dataset in memory", "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-		"READONLY You can't write against a read only replica."} {
+		"READONLY You can't write against a read only replica.",
+		"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"} {
 		assert.True(t, notServing(redisErr(reply)), reply)
 	}
 	for _, err := range []error{nil, redis.Nil, redisErr("MOVED 1 127.0.0.1:7000"), redisErr("WRONGTYPE Operation against a key"),
-		redisErr("NOSCRIPT No matching script"), errors.New("CLUSTERDOWN not a reply"), notServingError(clusterDown)} {
+		redisErr("NOSCRIPT No matching script"), errors.New("CLUSTERDOWN not a reply"), notServingError(clusterDown),
+		redisErr("UNBLOCKED client unblocked via CLIENT UNBLOCK")} {
 		assert.False(t, notServing(err), "%v", err)
 	}
 }
