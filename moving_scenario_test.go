@@ -168,7 +168,7 @@ func TestScenarioMovingMovesBlockingCallAndSubscription(t *testing.T) {
 // for what is left of it: it answers nil when the timeout it asked for
 // runs out, not a whole timeout after the move.
 func TestScenarioMovedBlockingCallKeepsItsTimeout(t *testing.T) {
-	sideBySide(t)
+	alone(t)
 	s := newMovingSetup(t, redistest.StartServer(t), "", "", 5*time.Second)
 	next := redistest.StartServer(t)
 	ctx := testCtx(t, 30*time.Second)
