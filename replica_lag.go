@@ -41,7 +41,7 @@ type lagTracker struct {
 // lagState is one replica's last answer.
 type lagState struct {
 	mu       sync.Mutex
-	at       time.Time     // guarded by mu; when the last poll ended; zero before the first
+	at       time.Time     // guarded by mu; when the last answered poll was sent; zero before the first
 	lag      time.Duration // guarded by mu; its answer; negative: the replica must not serve
 	started  time.Time     // guarded by mu; when the last poll started
 	inFlight chan struct{} // guarded by mu; closed when the poll in flight ends; nil if none
@@ -55,7 +55,8 @@ func newLagTracker(clk clock.Clock, maxLag, timeout time.Duration, poll func(con
 // enough for it to serve a read. Without a valid answer it waits for one,
 // at most until ctx is done; otherwise it answers at once and, once a
 // second, refreshes the answer in the background. The lag is the replica's
-// answer plus the time since: it only grows until the next answer.
+// answer plus the time since its poll was sent: it only grows until the
+// next answer.
 func (t *lagTracker) fresh(ctx context.Context, addr string) bool {
 	s := t.state(addr)
 	now := t.clock.Now()
@@ -114,8 +115,12 @@ func (t *lagTracker) startLocked(s *lagState, addr string, now time.Time) chan s
 		if err != nil {
 			lag = -1
 		}
+		// The answer is aged from when the poll was sent, not from when
+		// its reply was read: the replica's count was taken in between,
+		// and a reply read late (a starved process) must not make an old
+		// count look new.
 		s.mu.Lock() // after the caller's startLocked has recorded the poll
-		s.at, s.lag, s.inFlight = t.clock.Now(), lag, nil
+		s.at, s.lag, s.inFlight = now, lag, nil
 		s.mu.Unlock()
 		close(done)
 	})

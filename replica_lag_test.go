@@ -139,6 +139,18 @@ func TestLagTracker(t *testing.T) {
 		assert.Equal(t, 2, f.pollCount(), "a read after a second polls in the background")
 		assert.False(t, f.tr.fresh(ctx, "r:1"), "the new answer: 2s behind")
 	})
+	t.Run("an answer read late is aged from when its poll was sent", func(t *testing.T) {
+		f := newLagFixture(t, time.Second)
+		f.answers <- lagAnswer{lag: 0}
+		require.True(t, f.tr.fresh(ctx, "r:1"))
+		f.clk.Advance(time.Second + 100*time.Millisecond)
+		assert.False(t, f.tr.fresh(ctx, "r:1"), "0 + 1.1s is past 1s") // polls again, in the background
+		// The replica answers 0 at once, but the answer is read 3s later.
+		f.clk.Advance(3 * time.Second)
+		f.answers <- lagAnswer{lag: 0}
+		f.settle("r:1")
+		assert.False(t, f.tr.fresh(ctx, "r:1"), "a count taken 3s ago is not 0 now")
+	})
 	t.Run("a failed poll rules the replica out", func(t *testing.T) {
 		f := newLagFixture(t, time.Minute)
 		f.answers <- lagAnswer{err: errNotServing}
