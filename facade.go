@@ -74,11 +74,11 @@ func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.Proces
 //
 //go:noinline
 func (f *facade) long(ctx context.Context, cmd redis.Cmder, class cmdClass, onTx bool) error {
+	sent := f.k.clock.Now()
 	err := f.adm.process(ctx, cmd, class, onTx)
 	if !notServing(err) || cmd.NoRetry() {
 		return err
 	}
-	sent := f.k.clock.Now()
 	return f.ride.process(ctx, err, func(ctx context.Context) error {
 		now := f.k.clock.Now()
 		shortenWait(cmd.Args(), now.Sub(sent))
@@ -224,6 +224,7 @@ func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool
 	if f.k.closed.Load() {
 		return failBatch(cmds, ErrClosed)
 	}
+	sent := f.k.clock.Now()
 	err := f.adm.processBatch(ctx, cmds, onTx)
 	if err == nil {
 		return nil
@@ -231,7 +232,6 @@ func (f *facade) unusualBatch(ctx context.Context, cmds []redis.Cmder, onTx bool
 	if firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
 		// As long does for one command: the refused commands are sent
 		// again, their waits shortened by the time spent.
-		sent := f.k.clock.Now()
 		err = f.ride.batch(ctx, cmds, func(ctx context.Context, again []redis.Cmder) error {
 			now := f.k.clock.Now()
 			for _, cmd := range again {
