@@ -21,10 +21,13 @@ import (
 // While the master's breaker is open, or after a write was answered READONLY,
 // the sentinels are asked every sentinelPoll which address is the master, each
 // question waiting at most sentinelQueryTimeout. Only during an outage: a
-// healthy master costs the sentinels nothing beyond what go-redis asks.
+// healthy master costs the sentinels nothing beyond what go-redis asks, once
+// the other sentinels are known; until a sentinel has told them, it is asked
+// again every sentinelRediscover.
 const (
 	sentinelPoll         = 100 * time.Millisecond
 	sentinelQueryTimeout = 250 * time.Millisecond
+	sentinelRediscover   = time.Second
 )
 
 // sentinelMaster follows the address of a Sentinel-managed master, so that a
@@ -56,6 +59,9 @@ type sentinelMaster struct {
 	// roleDenial is set once ROLE is refused by a server that cannot answer
 	// a bare HELLO either (see isMaster).
 	roleDenial denial
+	// peersDenial is set once a sentinel refuses SENTINEL SENTINELS: the
+	// client then knows only the configured sentinels.
+	peersDenial denial
 
 	cur atomic.Pointer[node] // the master's node; nil until the first dial
 
@@ -67,7 +73,7 @@ type sentinelMaster struct {
 	bg background.Group // the look-up and its questions; closed by close
 
 	mu         sync.Mutex
-	discovered bool                                 // guarded by mu; the other sentinels were asked for
+	discovered bool                                 // guarded by mu; a sentinel has named the others
 	conns      map[string]map[*trackedConn]struct{} // guarded by mu; open connections by address
 	watching   bool                                 // guarded by mu; the look-up goroutine runs
 	again      bool                                 // guarded by mu; a READONLY came during a round
@@ -239,13 +245,22 @@ func (s *sentinelMaster) watch(ctx context.Context) {
 		s.mu.Lock()
 		again := s.again
 		s.again = false
-		if !again && s.node().br.State() != breaker.Open {
+		outage := again || s.node().br.State() == breaker.Open
+		if !outage && s.discovered {
 			s.watching = false
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Unlock()
-		timer.Reset(sentinelPoll)
+		if outage {
+			timer.Reset(sentinelPoll)
+		} else {
+			// The master is fine, but no sentinel has named the others yet
+			// (one that answered too slowly, or a group still forming):
+			// without them a failover that takes the one sentinel this
+			// client knows along with the master could not be followed.
+			timer.Reset(sentinelRediscover)
+		}
 	}
 }
 
@@ -319,37 +334,40 @@ func (e *unknownMasterError) Error() string {
 func (s *sentinelMaster) ask(ctx context.Context, sentinelAddr string) (string, error) {
 	cl := newGoRedis(clientSpec{kind: clientSentinelQuestion, base: s.sentinel, addr: sentinelAddr, wait: sentinelQueryTimeout}).(*redis.SentinelClient)
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
+	qctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
 	defer cancel()
-	hp, err := cl.GetMasterAddrByName(ctx, s.name).Result()
+	hp, err := cl.GetMasterAddrByName(qctx, s.name).Result()
 	if err != nil {
 		return "", err
 	}
 	if len(hp) != 2 {
 		return "", errors.New("sentinel: malformed master address")
 	}
-	s.discover(ctx, cl)
+	s.discover(ctx, cl, sentinelAddr)
 	return net.JoinHostPort(hp[0], hp[1]), nil
 }
 
-// discover adds the sentinels that cl knows of for the master, once.
-func (s *sentinelMaster) discover(ctx context.Context, cl *redis.SentinelClient) {
+// discover adds the sentinels that cl knows of for the master, until one
+// sentinel has answered the question; the question has a timeout of its
+// own, so an answer of the master's address that came late does not leave
+// it unasked.
+func (s *sentinelMaster) discover(ctx context.Context, cl *redis.SentinelClient, addr string) {
 	s.mu.Lock()
 	done := s.discovered
-	s.discovered = true
 	s.mu.Unlock()
 	if done {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, sentinelQueryTimeout)
+	defer cancel()
 	others, err := cl.Sentinels(ctx, s.name).Result()
-	if err != nil {
-		s.mu.Lock()
-		s.discovered = false
-		s.mu.Unlock()
+	refused := err != nil && s.peersDenial.refusedBy(s.k, peersQuestion, addr, err)
+	if err != nil && !refused {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.discovered = true
 	for _, o := range others {
 		if o["ip"] == "" || o["port"] == "" {
 			continue
@@ -397,6 +415,9 @@ func (s *sentinelMaster) isMaster(ctx context.Context, addr string) bool {
 	})
 	return master
 }
+
+// peersQuestion is SENTINEL SENTINELS, as a refusal is logged.
+var peersQuestion = question{"sentinel|sentinels", "only the configured sentinels are asked for the master; list them all in Addrs"}
 
 // roleQuestion is ROLE, as a refusal is logged.
 var roleQuestion = question{"role", "a master the sentinels name is taken as one without asking it"}

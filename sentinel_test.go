@@ -84,6 +84,47 @@ func TestSentinelSwitchMasterThatNeverArrives(t *testing.T) {
 	assert.Equal(t, newMaster, guard.sentinel.node().addr, "redisguard charges the master's commands to the old address")
 }
 
+// A sentinel that cannot name the others when first asked (its answer came
+// late, or the group was still forming) is asked again, though the master
+// stays healthy, until one does: the others are what a failover that takes
+// this sentinel along with the master needs. Once they are known, the
+// look-up ends, and a healthy client runs nothing in the background.
+func TestSentinelPeersAskedAgainUntilNamed(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	proxy, err := faultproxy.New(g.Sentinels[0].Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	// SENTINEL SENTINELS is answered PONG: an error that is not a refusal.
+	proxy.Stub("sentinel", "sentinels")
+	c := newTestClient(t, Config{Mode: ModeSentinel, MasterName: g.MasterName, Addrs: []string{proxy.Addr()}})
+	sm := c.sentinel
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+
+	state := func() (known int, watching bool) {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		return len(sm.sentinels), sm.watching
+	}
+	known, watching := state()
+	require.Equal(t, 1, known, "the stub did not hide the other sentinels")
+	require.True(t, watching, "the look-up ended without having learned the other sentinels")
+
+	proxy.Unstub()
+	redistest.WaitFor(t, 5*sentinelRediscover, "the other sentinels to be learned", func() error {
+		if known, _ := state(); known < 3 {
+			return fmt.Errorf("%d sentinels known", known)
+		}
+		return nil
+	})
+	redistest.WaitFor(t, 5*sentinelRediscover, "the look-up to end", func() error {
+		if _, watching := state(); watching {
+			return errors.New("still looking")
+		}
+		return nil
+	})
+}
+
 // A write answered READONLY (the client's connection leads to a node that is
 // no longer the master) makes the client ask the sentinels at once; it
 // switches to the master they name and closes its connections to the old

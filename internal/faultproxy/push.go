@@ -50,6 +50,13 @@ func (p *Proxy) Stub(args ...string) {
 	p.mu.Unlock()
 }
 
+// Unstub relays every request to the server as it is again.
+func (p *Proxy) Unstub() {
+	p.mu.Lock()
+	p.stubs = nil
+	p.mu.Unlock()
+}
+
 // ping is PING as a client sends it.
 var pingRequest = []byte("*1\r\n$4\r\nPING\r\n")
 

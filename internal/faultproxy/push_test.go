@@ -69,6 +69,11 @@ func TestStubAnswersInTheServersPlace(t *testing.T) {
 	if got := roundTrip(t, c, r, "*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n"); got != "$5\r\n" {
 		t.Fatalf("another request answered %q", got)
 	}
+	p.Unstub()
+	c, r = raw(t, p)
+	if got := roundTrip(t, c, r, "*3\r\n$6\r\nclient\r\n$19\r\nMAINT_NOTIFICATIONS\r\n$3\r\nxyz\r\n"); got == "+PONG\r\n" {
+		t.Fatalf("a request answered by a removed stub")
+	}
 }
 
 func TestStubRewritesOnlyWholeMatchingRequests(t *testing.T) {
