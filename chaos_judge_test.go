@@ -136,6 +136,10 @@ func (w *chaosWorld) judge() {
 			switch {
 			case w.faults.active(s.shard, s.t0, s.end, crashKind):
 				w.overrunsCrashed++
+			case s.over-w.stalls.within(s.end.Add(-s.over), s.end) <= chaosOverrun:
+				// The process itself did not run for that long between
+				// the deadline and the return (stallMeter).
+				w.overrunsStalled++
 			case s.over <= unblockGrace+chaosOverrun && strings.Contains(s.kind, "pop") &&
 				w.faults.active(s.shard, s.t0, s.end, "graceful-failover", "pause-master", "slow-master", "blackhole"):
 				// A blocking call whose context ends while its server
@@ -250,6 +254,8 @@ type chaosReport struct {
 	replayedPops                   int
 	overrunsCrashed                int
 	overrunsPaused                 int
+	overrunsStalled                int
+	worstStall                     time.Duration
 	crashes                        int
 	dups                           []string
 	lost                           []string
@@ -273,6 +279,7 @@ func (w *chaosWorld) report() chaosReport {
 		untyped: w.untyped, redirects: w.redirects, refusals: w.refusals, panics: int(w.panics.Load()),
 		netHealthy: w.netHealthy, netFaulted: w.netFaulted,
 		overruns: w.overruns, worstOverrun: w.worstOverrun, overrunsCrashed: w.overrunsCrashed, overrunsPaused: w.overrunsPaused,
+		overrunsStalled: w.overrunsStalled, worstStall: w.stalls.worst(),
 		received: w.received.Load(), published: w.published.Load(),
 		shardReceived: w.shardReceived.Load(), shardPublished: w.shardPublished.Load(),
 		healthyTrue: w.healthyTrue.Load(), healthyFalse: w.healthyFalse.Load(),
@@ -361,8 +368,9 @@ func (r chaosReport) String() string {
 	}
 	fmt.Fprintf(&b, "  [%s] slots resharded under load (MIGRATING/IMPORTING, MIGRATE in batches): %d, the importing masters asked %d times (ASKING)\n",
 		passFail(r.reshards > 0 && r.asked > 0), r.reshards, r.asked)
-	fmt.Fprintf(&b, "  [%s] no call outlived its context by more than %v: %d did; worst overrun %v (negative: none reached its deadline); not counted: %d on a node that crashed by itself (%d crashes), %d cancelled BLPOPs that a paused, blackholed or write-paused server held (each within %v)\n",
-		passFail(r.overruns == 0), chaosOverrun, r.overruns, r.worstOverrun.Round(time.Millisecond), r.overrunsCrashed, r.crashes, r.overrunsPaused, unblockGrace+chaosOverrun)
+	fmt.Fprintf(&b, "  [%s] no call outlived its context by more than %v: %d did; worst overrun %v (negative: none reached its deadline); not counted: %d on a node that crashed by itself (%d crashes), %d cancelled BLPOPs that a paused, blackholed or write-paused server held (each within %v), %d within the process's own stalls (worst stall %v)\n",
+		passFail(r.overruns == 0), chaosOverrun, r.overruns, r.worstOverrun.Round(time.Millisecond), r.overrunsCrashed, r.crashes, r.overrunsPaused, unblockGrace+chaosOverrun,
+		r.overrunsStalled, r.worstStall.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  [%s] goroutines back to the starting level after Close (goleak): %v\n", passFail(r.leak == nil), errOrNone(r.leak))
 	fmt.Fprintf(&b, "  [%s] no connection named %s or %s left on any server after Close: %d left (Close took %v)\n",
 		passFail(len(r.conns) == 0), chaosName, chaosSideName, len(r.conns), r.closeTook.Round(time.Millisecond))

@@ -44,6 +44,7 @@ type chaosWorld struct {
 	onceSlots []int         // the slots of the once-only writers' keys, which the resharding step moves
 
 	faults faultWindows
+	stalls stallMeter // the process's own lateness: an overrun within it is not the client's
 
 	// Per-key acknowledged state: each key has one writer, and its values
 	// only grow, so a read-back must find at least the last acknowledged.
@@ -69,6 +70,7 @@ type chaosWorld struct {
 	suspects        []suspect      // guarded by mu
 	overrunsCrashed int            // guarded by mu
 	overrunsPaused  int            // guarded by mu
+	overrunsStalled int            // guarded by mu
 
 	panics, received, published atomic.Int64
 	// pubAt and recvAt are the subscriberSlots in which a message on
@@ -167,6 +169,11 @@ func (w *chaosWorld) start(stop <-chan struct{}, wg *sync.WaitGroup) {
 			fn(id, rand.New(rand.NewPCG(uint64(id), 7)), stop)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.stalls.run(stop)
+	}()
 	id := 0
 	for range kv {
 		spawn(id, w.kvWorker)
