@@ -76,7 +76,10 @@ func TestScenarioSubscriberOnlyProcessFollowsFailover(t *testing.T) {
 		[]string{"redisguard", ratio(rc, rcT), ratio(rs, rsT)})
 	// The classic subscription leaves at go-redis's first health-check
 	// PING that the node leaves unanswered for the hang watch's bound:
-	// 3s after the last message, and HungNodeAfter.
+	// 3s after the last message, and HungNodeAfter. Beside other tests
+	// with -race, the watch's ticks come late often enough (each late
+	// one restarts its count, as a stalled client's would) to add seconds;
+	// the short form allows for that, the full one does not.
 	var left time.Duration
 	events.mu.Lock()
 	for _, e := range events.events {
@@ -88,7 +91,7 @@ func TestScenarioSubscriberOnlyProcessFollowsFailover(t *testing.T) {
 	events.mu.Unlock()
 	t.Logf("the first subscription left the hung node %v after the pause", left.Round(time.Millisecond))
 	assert.Positive(t, left, "no subscription moved")
-	assert.Less(t, left, 3*time.Second+DefaultHungNodeAfter+time.Second, "the subscriptions waited for more than one health check")
+	assert.Less(t, left, 3*time.Second+DefaultHungNodeAfter+pick(time.Second, 3*time.Second), "the subscriptions waited for more than one health check")
 	require.Positive(t, rcT)
 	require.Positive(t, rsT)
 	assert.GreaterOrEqual(t, float64(rc)/float64(rcT), pick(0.99, 0.97), "the classic subscription did not follow")
