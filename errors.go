@@ -87,8 +87,9 @@ var (
 	// command then, and did not run it: CLUSTERDOWN (between a master's
 	// FAIL mark and its replica's promotion), TRYAGAIN (a slot being
 	// migrated), LOADING (a server loading its data set), MASTERDOWN (a
-	// replica that lost its master) or READONLY (the node the client took
-	// for the master is a replica). redisguard sent it again after a
+	// replica that lost its master), READONLY (the node the client took
+	// for the master is a replica) or, to a blocking call, the UNBLOCKED of
+	// a master that became a replica. redisguard sent it again after a
 	// back-off, for as long as the caller's deadline allowed and at most
 	// ClusterNodeTimeout; the message quotes the last reply. Retrying
 	// later is safe.
