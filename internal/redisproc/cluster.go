@@ -162,13 +162,17 @@ func (e Env) StartCluster(opt ClusterOptions) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	first := c.Masters[0]
-	for _, n := range c.Nodes()[1:] {
-		err := first.do("CLUSTER MEET "+n.Addr, func(ctx context.Context, a *redis.Client) error {
-			return a.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.Port)).Err()
-		})
-		if err != nil {
-			return c, err
+	// Every node meets every other itself: one that meets only the first
+	// learns of the rest by gossip, a second or two later.
+	nodes := c.Nodes()
+	for i, from := range nodes {
+		for _, n := range nodes[i+1:] {
+			err := from.do("CLUSTER MEET "+n.Addr, func(ctx context.Context, a *redis.Client) error {
+				return a.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.Port)).Err()
+			})
+			if err != nil {
+				return c, err
+			}
 		}
 	}
 	// CLUSTER REPLICATE needs the replica to know its master already.
