@@ -124,7 +124,8 @@ func TestScenarioPausedMaster(t *testing.T) {
 // Writes to its slots must follow the promotion promptly, counted from
 // each write's scheduled start.
 func TestScenarioHardFailover(t *testing.T) {
-	alone(t)
+	// make test: TestScenarioHungMasterFailoverPaced.
+	fullOnly(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	// Writers paced as a service's are, one write each per 2ms: unpaced,
 	// 50 goroutines spinning on fail-fast errors (about 45,000 a second

@@ -104,7 +104,9 @@ func TestScenarioGracefulFailover(t *testing.T) { failoverScenario(t, "") }
 func TestScenarioTakeoverFailover(t *testing.T) { failoverScenario(t, "takeover") }
 
 func failoverScenario(t *testing.T, mode string) {
-	sideBySide(t)
+	// make test: the chaos soak's graceful and takeover failovers, under
+	// its no-raw-redirect invariant.
+	fullOnly(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	keys := clusterKeys(t, cl, 300)
 	const workers = 50
@@ -352,7 +354,8 @@ func emptySlotKey(t *testing.T, cl *redistest.Cluster, s *redistest.Server, keys
 // it owns its slots until it hears of the higher epoch. None of that is a
 // corrupt slot map, and writes must resume after the promotion.
 func TestScenarioHardFailoverDivergence(t *testing.T) {
-	sideBySide(t)
+	// make test: TestScenarioSlotCycle and the chaos soak's failovers.
+	fullOnly(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	keys := clusterKeys(t, cl, 300)
 	const workers = 50

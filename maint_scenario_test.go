@@ -31,9 +31,7 @@ import (
 // It takes about 25s under -race, past `make test`'s budget: it runs at
 // full length (`make scenarios`) only.
 func TestScenarioAnnouncedMigrationIsRiddenOut(t *testing.T) {
-	if !scenarioFull() {
-		t.Skip("a full-length scenario (REDISGUARD_SCENARIO=full)")
-	}
+	fullOnly(t)
 	sideBySide(t)
 	var mu sync.Mutex
 	proxies := map[int]*faultproxy.Proxy{} // by the node's port

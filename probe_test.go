@@ -213,9 +213,7 @@ func TestHealthyIdleClientAddsNothing(t *testing.T) {
 // within a second of it answering, its closed event giving the outage the
 // node had. Full length only (make scenarios): a failover takes seconds.
 func TestScenarioIdleClusterBreakerClosesOnItsProbes(t *testing.T) {
-	if !scenarioFull() {
-		t.Skip("a full-length scenario (REDISGUARD_SCENARIO=full)")
-	}
+	fullOnly(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})
 	events := &eventLog{}
 	c := newTestClient(t, Config{Addrs: cl.Addrs(), OnEvent: events.onEvent})

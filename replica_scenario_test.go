@@ -222,7 +222,9 @@ func checkMasterPreferred(t *testing.T, s replicaSetup) {
 
 // A cluster master hangs for less than cluster-node-timeout (5s).
 func TestScenarioReplicaServesPausedMastersReads(t *testing.T) {
-	alone(t)
+	// make test: TestMasterPreferredMovesOnlyReads, and the hung slots'
+	// reads of TestScenarioHungMasterFailoverPaced.
+	fullOnly(t)
 	cl, keys := startReplicaCluster(t)
 	checkMasterPreferred(t, replicaSetup{
 		what:   fmt.Sprintf("cluster, 3 masters + 3 replicas, cluster-node-timeout %s", replicaNodeTimeout),

@@ -54,6 +54,17 @@ func alone(t *testing.T) {
 	}
 }
 
+// fullOnly starts a scenario that runs only at full length (`make
+// scenarios`): one whose promise make test already checks elsewhere in a
+// shorter form (a test of its own, or the chaos soak's faults), left out of
+// make test to keep it within CI's budget. It runs alone.
+func fullOnly(t *testing.T) {
+	t.Helper()
+	if !scenarioFull() {
+		t.Skip("a full-length scenario (make scenarios)")
+	}
+}
+
 // pick returns full in full mode, short otherwise.
 func pick[T any](full, short T) T {
 	if scenarioFull() {

@@ -129,6 +129,9 @@ func slowCluster(t *testing.T) (cl *redistest.Cluster, slow *redistest.Server, s
 }
 
 func TestScenarioSlowMasterKeepsHealthyShards(t *testing.T) {
+	// make test: TestScenarioSlowMasterReadsMoveToReplica and
+	// TestScenarioEveryNodeSlowMarksNothing.
+	fullOnly(t)
 	cl, slow, slowKey, healthyKeys := slowCluster(t)
 
 	var events []Event
