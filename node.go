@@ -10,6 +10,7 @@ import (
 
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/outlier"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // nodeSet owns one breaker per node address. The ordinary and the long
@@ -97,7 +98,10 @@ func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr st
 		return probe(ctx, addr, wait)
 	}, k.clock, k.cfg.ReadTimeout, func(n *node, err error) {
 		k.emit(Event{Kind: EventProbeFailed, Addr: n.addr, Err: err.Error()})
-	})
+	}, s.wanted)
+	if topo != nil {
+		topo.whenChanged(s.named)
+	}
 	if k.cfg.NodeFailureThreshold >= 0 {
 		s.watch = newHangWatch(k.clock, k.cfg.HungNodeAfter, s.snapshot, s.trip)
 	}
@@ -165,9 +169,31 @@ func (s *nodeSet) refused(n *node) {
 }
 
 // idle reports whether n's breaker has refused no command for
-// probeIdleAfter, so that its prober may stop.
+// probeIdleAfter.
 func (n *node) idle(now time.Time) bool {
 	return now.UnixNano()-n.lastRefused.Load() > int64(probeIdleAfter)
+}
+
+// wanted reports whether n, whose breaker is open, is still worth probing:
+// a command asked for it lately, or the client still counts it among its
+// nodes. In Cluster mode those are the nodes of the last slot map; in
+// Standalone and Sentinel mode every node the client has met, a handful.
+func (s *nodeSet) wanted(n *node, now time.Time) bool {
+	if !n.idle(now) || s.topo == nil {
+		return true
+	}
+	return s.topo.slotMap().Shard(n.addr) != "" || s.own[n.addr] != nil
+}
+
+// named starts probing again the open nodes that m, a new slot map, names
+// and whose probers stopped while the map before did not (a failed master
+// that rejoins, as a replica nobody sends to).
+func (s *nodeSet) named(m *slotmap.Map) {
+	for _, addr := range m.Nodes() {
+		if n, ok := s.lookup(addr); ok && n.br.State() == breaker.Open && !n.probing.Load() {
+			s.probes.start(n, 0)
+		}
+	}
 }
 
 // cacheLine is the size of a CPU cache line, a bound on how far apart two

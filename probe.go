@@ -14,9 +14,13 @@ import (
 )
 
 // probeIdleAfter is how long a node's breaker may stay open with no command
-// asking for the node before its prober stops. A node that went away for
-// good (a replaced pod, a removed cluster member) is not probed for ever;
-// the next command that meets its open breaker starts probing again.
+// asking for the node before its prober stops, unless the client's
+// topology still names the node (nodeSet.wanted). A node that went away
+// for good (a replaced pod, a removed cluster member) is not probed for
+// ever; the next command that meets its open breaker, or the next slot map
+// that names it again, starts probing again. A node the client still knows
+// is probed until it answers, however long nobody sends to it: an idle
+// client finds its node back without a command paying for it.
 const probeIdleAfter = time.Minute
 
 // prober finds out when a node whose breaker is open answers again, and
@@ -34,12 +38,16 @@ type prober struct {
 	readTimeout time.Duration
 	// failed reports a probe that failed; it runs on the prober's goroutine.
 	failed func(n *node, err error)
+	// wanted reports whether n, whose breaker is open, is still worth
+	// probing at now.
+	wanted func(n *node, now time.Time) bool
 
 	bg background.Group // the probing goroutines; closed by close
 }
 
-func newProber(probe func(context.Context, string, time.Duration) error, clk clock.Clock, readTimeout time.Duration, failed func(*node, error)) *prober {
-	return &prober{probe: probe, clock: clk, readTimeout: readTimeout, failed: failed}
+func newProber(probe func(context.Context, string, time.Duration) error, clk clock.Clock, readTimeout time.Duration,
+	failed func(*node, error), wanted func(*node, time.Time) bool) *prober {
+	return &prober{probe: probe, clock: clk, readTimeout: readTimeout, failed: failed, wanted: wanted}
 }
 
 // start probes n, first after delay, unless n is probed already.
@@ -61,7 +69,7 @@ func (p *prober) run(ctx context.Context, n *node, delay time.Duration) {
 		n.probing.Store(false)
 		// A reopening that happened while this goroutine was on its way out
 		// found probing set and left the node to it: take it back.
-		if n.br.State() != breaker.Open || ctx.Err() != nil || n.idle(p.clock.Now()) ||
+		if n.br.State() != breaker.Open || ctx.Err() != nil || !p.wanted(n, p.clock.Now()) ||
 			!n.probing.CompareAndSwap(false, true) {
 			return
 		}
@@ -123,7 +131,7 @@ func (p *prober) probeUntilRecovered(ctx context.Context, n *node, delay time.Du
 				launch()
 			}
 		case <-timer.C:
-			if n.br.State() != breaker.Open || n.idle(p.clock.Now()) {
+			if n.br.State() != breaker.Open || !p.wanted(n, p.clock.Now()) {
 				return
 			}
 			launch()

@@ -3,6 +3,7 @@ package redisguard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -17,7 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redisguard/redisguard/internal/breaker"
+	"github.com/redisguard/redisguard/internal/clock"
 	"github.com/redisguard/redisguard/internal/redistest"
+	"github.com/redisguard/redisguard/internal/slotmap"
 )
 
 // goroutinesIn counts the goroutines whose stack holds fn. A goroutine that
@@ -169,6 +172,89 @@ func TestIdleBreakerClosesOnItsProbes(t *testing.T) {
 	assert.InDelta(t, float64(back.Sub(opened)), float64(closed.Duration), float64(500*time.Millisecond),
 		"the closed event's outage is not the node's")
 	assert.Equal(t, "closed", c.Stats().Nodes[0].State)
+}
+
+// A node that stays down longer than probeIdleAfter, with no command sent
+// to it meanwhile, is still probed: the client knows no other node, so when
+// the server comes back its breaker closes by itself, and the first command
+// after that finds it closed (go-redis alone would simply dial). The fake
+// clock moves the idle time; the probes themselves are real.
+func TestIdleNodeIsProbedPastProbeIdleAfter(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, clk := newFakeClockClient(t, Config{Addrs: []string{srv.Addr}, NodeFailureThreshold: 1,
+		ReadTimeout: 300 * time.Millisecond, NodeRecoveryTime: 200 * time.Millisecond})
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+	srv.Kill(t)
+	require.Error(t, c.Ping(ctx).Err())
+	n := c.nodes.get(srv.Addr)
+	require.Equal(t, breaker.Open, n.br.State())
+
+	clk.Advance(2 * probeIdleAfter)
+	require.True(t, n.idle(clk.Now()))
+	before := n.probes.Load()
+	redistest.WaitFor(t, 10*time.Second, "two probes after the node went idle", func() error {
+		if got := n.probes.Load() - before; got < 2 {
+			return fmt.Errorf("%d probes", got)
+		}
+		return nil
+	})
+
+	srv.Restart(t)
+	redistest.WaitFor(t, 10*time.Second, "the breaker to close without a command", func() error {
+		if s := n.br.State(); s != breaker.Closed {
+			return fmt.Errorf("breaker %v", s)
+		}
+		return nil
+	})
+	require.NoError(t, c.Ping(ctx).Err())
+}
+
+// In Cluster mode a node the slot map no longer names, which nobody sends
+// to, stops being probed after probeIdleAfter (a removed member is not
+// probed for ever); a later map that names it again starts its prober.
+func TestProbingFollowsTheSlotMap(t *testing.T) {
+	resolved, err := Config{Mode: ModeCluster, Addrs: []string{"127.0.0.1:7000"}}.resolve()
+	require.NoError(t, err)
+	clk := clock.NewFake(healthEpoch)
+	k := newCore(resolved, clk)
+	topo := newTopology(k)
+	probed := make(chan string, 100)
+	s := newNodeSet(k, topo, func(_ context.Context, addr string, _ time.Duration) error {
+		probed <- addr
+		return errors.New("still down")
+	})
+	t.Cleanup(s.close)
+	const member, gone = "127.0.0.1:7000", "127.0.0.1:7001"
+	topo.view.Store(slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: member}}}}))
+	m, g := s.get(member), s.get(gone)
+	g.lastRefused.Store(clk.Now().UnixNano())
+	assert.True(t, s.wanted(g, clk.Now()), "a node refused lately is not wanted")
+	clk.Advance(2 * probeIdleAfter)
+	assert.True(t, s.wanted(m, clk.Now()), "an idle node the map names is not wanted")
+	assert.False(t, s.wanted(g, clk.Now()), "an idle node the map does not name is wanted")
+
+	// g's breaker opens; nobody asks for it, and the map does not name it:
+	// its prober stops without a probe. A map that names it starts the
+	// prober again, at once.
+	require.True(t, g.br.Trip())
+	clk.Advance(2 * probeIdleAfter) // the opening counts as a command refused
+	redistest.WaitFor(t, 10*time.Second, "the unnamed node's prober to stop", func() error {
+		if g.probing.Load() {
+			return errors.New("still probing")
+		}
+		return nil
+	})
+	require.Empty(t, probed, "the unnamed idle node was probed")
+	again := slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: member}, {Addr: gone}}}})
+	topo.view.Store(again)
+	s.named(again)
+	select {
+	case addr := <-probed:
+		assert.Equal(t, gone, addr)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the map that names the node again started no probe")
+	}
 }
 
 // A healthy client left idle runs nothing of redisguard's and holds no

@@ -43,6 +43,11 @@ type topology struct {
 
 	sf singleflight.Group
 
+	// changed are told of each fetched map that differs from the last,
+	// after the clients were asked to reload; registered (whenChanged) by
+	// the components built on the topology, while they are built.
+	changed []func(*slotmap.Map)
+
 	mu       sync.Mutex
 	clusters []*redis.ClusterClient // guarded by mu; the clients to reload
 	ordinary *redis.ClusterClient   // guarded by mu; the ordinary one, whose node clients serve every key and fetch the first map for answer
@@ -68,6 +73,9 @@ func (t *topology) attach(cc *redis.ClusterClient, kind clientKind) {
 	}
 	t.mu.Unlock()
 }
+
+// whenChanged has fn told of every fetched map that differs from the last.
+func (t *topology) whenChanged(fn func(*slotmap.Map)) { t.changed = append(t.changed, fn) }
 
 // ordinaryClient returns the ordinary cluster client; nil before it is built.
 func (t *topology) ordinaryClient() *redis.ClusterClient {
@@ -212,6 +220,9 @@ func (t *topology) load(ctx context.Context, fetch func(context.Context) ([]redi
 		t.k.emit(Event{Kind: EventRefreshFinished, Duration: took}, slog.Int("ranges", len(slots)))
 		if prev != nil && !prev.Same(view) {
 			t.adopt()
+			for _, fn := range t.changed {
+				fn(view)
+			}
 		}
 		return slots, nil
 	})
