@@ -256,6 +256,8 @@ type chaosReport struct {
 	overrunsPaused                 int
 	overrunsStalled                int
 	worstStall                     time.Duration
+	opens                          int
+	falseOpens                     []string
 	crashes                        int
 	dups                           []string
 	lost                           []string
@@ -378,6 +380,11 @@ func (r chaosReport) String() string {
 		passFail(r.endHeap <= chaosHeap*r.warmHeap), float64(r.warmHeap)/(1<<20), float64(r.endHeap)/(1<<20), float64(r.endHeap)/float64(r.warmHeap), chaosHeap)
 	fmt.Fprintf(&b, "  [%s] no redis-server crashed by itself: %d did (CLIENT UNBLOCK ... TIMEOUT on a postponed BLPOP once did; see TestBlockingCancelDuringWritePauseKeepsServerUp)\n",
 		passFail(r.crashes == 0), r.crashes)
+	fmt.Fprintf(&b, "  [%s] no breaker opened on a node no fault touched (a long-budget hog or a slot migration counts as none): %d of %d openings did\n",
+		passFail(len(r.falseOpens) == 0), len(r.falseOpens), r.opens)
+	for _, o := range r.falseOpens {
+		b.WriteString("      " + o + "\n")
+	}
 	fmt.Fprintf(&b, "  subscriber: %d published, %d received; shard channels (one SSubscribe over every shard): %d published, %d received; Healthy: %d true, %d false, slowest %v\n",
 		r.published, r.received, r.shardPublished, r.shardReceived, r.healthyTrue, r.healthyFalse, r.healthyWorst.Round(time.Millisecond))
 	if r.samples != "" {

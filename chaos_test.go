@@ -104,8 +104,9 @@ func TestChaos(t *testing.T) {
 	// workload, except the harness's process waiters of restarted servers.
 	leakBase := goleak.IgnoreCurrent()
 
+	opens := &breakerOpens{}
 	cfg := Config{
-		Addrs: cl.Addrs(), ClientName: chaosName,
+		Addrs: cl.Addrs(), ClientName: chaosName, OnEvent: opens.onEvent,
 		ReadTimeout: time.Second, PoolTimeout: time.Second,
 		MaxConnections: 32, MaxLongConnections: 12,
 		NodeFailureThreshold: 3, // NodeRecoveryTime at its default: recovery is probed, not timed
@@ -118,7 +119,7 @@ func TestChaos(t *testing.T) {
 	ac, err := NewClient(aclCfg)
 	require.NoError(t, err)
 	sideCfg := Config{
-		Addrs: []string{proxy.Addr()}, ClientName: chaosSideName,
+		Addrs: []string{proxy.Addr()}, ClientName: chaosSideName, OnEvent: opens.onEvent,
 		Username: chaosACLUser, Password: chaosACLPassword,
 		// Above the stalls an in-process proxy sees on 2 CPUs under -race.
 		ReadTimeout: 1500 * time.Millisecond, PoolTimeout: time.Second,
@@ -191,6 +192,7 @@ func TestChaos(t *testing.T) {
 
 	w.judge()
 	r := w.report()
+	r.falseOpens, r.opens = w.falseOpens(opens, proxy.Addr())
 	r.crashes = sched.crashes
 	r.seed, r.faultFor, r.faultTook, r.closeTook = seed, faultFor, faultTook, closeTook
 	r.faults = sched.log
@@ -215,6 +217,7 @@ func TestChaos(t *testing.T) {
 	assert.NotZero(t, r.asked, "the resharding steps sent no client ASK")
 	assert.Zero(t, r.overruns, "calls outlived their context by more than %v (worst %v)", chaosOverrun, r.worstOverrun)
 	assert.Zero(t, r.crashes, "a redis-server crashed by itself during the run (see the fault log)")
+	assert.Empty(t, r.falseOpens, "breakers opened on nodes no fault touched")
 	assert.NoError(t, leakErr, "goroutines left after Close")
 	assert.Empty(t, conns, "connections left on the servers after Close")
 	assert.LessOrEqual(t, endHeap, chaosHeap*warmHeap, "heap grew: %d after warm-up, %d after the run", warmHeap, endHeap)
