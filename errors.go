@@ -138,6 +138,11 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string {
+	if e.Addr == "" {
+		// A failure go-redis reported without its node (the read of a
+		// cluster transaction's replies).
+		return e.Err.Error()
+	}
 	var b strings.Builder
 	b.WriteString(e.Err.Error())
 	b.WriteString(" (node ")

@@ -562,10 +562,14 @@ func failBatch(cmds []redis.Cmder, err error) error {
 func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, long bool, err error) error {
 	err, onTx := unmarkTx(err)
 	cut := wasCut(n, err)
-	// go-redis's cluster client sends a failed node batch again by itself,
-	// without the commands that may have run (sentOnce); elsewhere the
-	// guard resends a batch that met a reset, if all of it is safe to.
-	if !cut && g.retryReset(ctx, err) && (isUnansweredSetup(err) || (g.nodes.topo == nil && resendable(cmds))) {
+	// go-redis's cluster client sends a failed pipeline batch again by
+	// itself, without the commands that may have run (sentOnce); for any
+	// other batch (a transaction, an ASK redirect's, every batch outside
+	// Cluster mode) the guard resends one that met a reset, if all of it is
+	// safe to. A Watch transaction (onTx) is not resent: its WATCH went
+	// with the connection, and the Watch function's caller retries it.
+	resend := g.nodes.topo == nil || !clusterResends(cmds)
+	if !cut && g.retryReset(ctx, err) && (isUnansweredSetup(err) || (resend && !onTx && resendable(cmds))) {
 		err, _ = unmarkTx(next(ctx, cmds)) // go-redis re-reads every reply, clearing the first attempt's errors
 	}
 	n.ended(long)

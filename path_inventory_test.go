@@ -94,9 +94,19 @@ type invPath struct {
 	// their own in go-redis.
 	redirected bool
 	// tx says the command is sent inside MULTI/EXEC.
-	tx   bool
-	send func(ctx context.Context, c *Client, k invKeys, unsafe bool, arm func()) invSent
+	tx bool
+	// watch says the transaction runs under WATCH (Client.Watch).
+	watch bool
+	send  func(ctx context.Context, c *Client, k invKeys, unsafe bool, arm func()) invSent
 }
+
+// once reports whether a command safe to repeat is still not sent again
+// after its reply was lost, in Cluster mode (cluster) or not: a Watch
+// transaction, whose WATCH went with its connection (the Watch function's
+// caller retries), and a Cluster transaction, which go-redis's transaction
+// loop takes for possibly committed once its replies were cut, and ends
+// with the error (ErrNodeFailed; go-redis alone ends the same way).
+func (p invPath) once(cluster bool) bool { return p.watch || (cluster && p.tx) }
 
 // invKeys are a case's keys, in one slot: the command's key and a key the
 // batches read beside it, which never exists; no companion ("") leaves the
@@ -196,7 +206,7 @@ var invPaths = []invPath{
 		cmd := invCmd(ctx, ap, k.key, unsafe)
 		return sentCmd(cmd) // Err waits for the batch
 	}},
-	{name: "Watch", tx: true, send: func(ctx context.Context, c *Client, k invKeys, unsafe bool, arm func()) invSent {
+	{name: "Watch", tx: true, watch: true, send: func(ctx context.Context, c *Client, k invKeys, unsafe bool, arm func()) invSent {
 		var own redis.Cmder
 		var cmds []redis.Cmder
 		var txErr error
@@ -264,13 +274,16 @@ var invPaths = []invPath{
 type invFault struct {
 	name string
 	arm  func(p *faultproxy.Proxy, key string) error
+	// retried: the node keeps serving, so a command safe to repeat is
+	// sent again and answered.
+	retried bool
 }
 
 var invFaults = []invFault{
 	// The reply to the request with the key, not to a slot-map reload
 	// that a redirect starts beside it.
-	{"lost reply", func(p *faultproxy.Proxy, key string) error { return p.LoseReplyTo(key) }},
-	{"hung node", func(p *faultproxy.Proxy, _ string) error { return p.SetMode(faultproxy.DropReplies) }},
+	{"lost reply", func(p *faultproxy.Proxy, key string) error { return p.LoseReplyTo(key) }, true},
+	{"hung node", func(p *faultproxy.Proxy, _ string) error { return p.SetMode(faultproxy.DropReplies) }, false},
 }
 
 // invSetup is where a case sends its command.
@@ -462,6 +475,11 @@ func (e *invEnv) runCase(t *testing.T, rep *invReport, p invPath, f invFault, un
 		assert.ErrorIs(t, sent.err, ErrOutcomeUnknown)
 	} else {
 		assert.NotErrorIs(t, sent.err, ErrOutcomeUnknown, "a command safe to repeat")
+		if f.retried && !p.once(e.cl != nil) {
+			// The connection was reset with the reply lost: the command
+			// is sent again on another, and answered.
+			assert.NoError(t, sent.err, "a command safe to repeat, its reply lost, was not retried and answered")
+		}
 		if sent.err != nil {
 			assert.True(t, errors.Is(sent.err, ErrNodeFailed) || errors.Is(sent.err, ErrNodeUnavailable),
 				"%s: want it answered, or ErrNodeFailed or ErrNodeUnavailable; got %T %v", row.err, sent.err, sent.err)

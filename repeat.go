@@ -61,10 +61,23 @@ func (n *node) outcomeUnknown(cmd redis.Cmder, cause error) error {
 		ErrOutcomeUnknown, name, cause), cause: cause}
 }
 
+// clusterResends reports whether go-redis's cluster client sends the node
+// batch cmds again by itself when it fails: its pipeline loop does, but not
+// its redirect loop (an ASK's ASKING and command) or its transaction loop,
+// which end on a connection's failure.
+func clusterResends(cmds []redis.Cmder) bool {
+	if len(cmds) == 0 {
+		return true
+	}
+	name := cmds[0].Name()
+	return !strings.EqualFold(name, "asking") && !strings.EqualFold(name, "multi")
+}
+
 // resendable reports whether the reset retry may send a batch again: it
 // resends the whole batch or nothing, so every command must be repeatable and
 // none marked NoRetry (go-redis's per-command switch, which its own retry
-// loops honour too). Cluster batches are go-redis's pipeline loop's to retry.
+// loops honour too). Cluster pipeline batches are go-redis's to retry
+// (clusterResends).
 func resendable(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
 		if cmd.NoRetry() || !repeatable(cmd) {
