@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"log/slog"
 	"net/url"
@@ -326,4 +329,64 @@ func TestNoStackInspection(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.True(t, walk.MatchString("runtime.CallersFrames(pcs)"), "the pattern no longer matches a stack walk")
+}
+
+// Components hold what they use, never the Client: no struct field of the
+// package is a *Client (a component that must reach the Client's parts is
+// built with them, or takes a function).
+func TestNoFieldHoldsTheClient(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	require.NoError(t, err)
+	checked := 0
+	for _, pkg := range pkgs {
+		for name, f := range pkg.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				st, ok := n.(*ast.StructType)
+				if !ok {
+					return true
+				}
+				for _, field := range st.Fields.List {
+					checked++
+					if star, ok := field.Type.(*ast.StarExpr); ok {
+						if id, ok := star.X.(*ast.Ident); ok && id.Name == "Client" {
+							t.Errorf("%s: a struct field of type *Client (%s)", name, fset.Position(field.Pos()))
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	assert.Positive(t, checked, "no struct field was looked at")
+}
+
+// RESP is read and written in one place, internal/resp: no other code of
+// the module spells the protocol's line ends, which any hand-written reader
+// or writer of RESP does.
+func TestRESPInOnePackage(t *testing.T) {
+	lineEnd := regexp.MustCompile(`\\r\\n|'\\r'`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || path == filepath.Join("internal", "resp")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if trimmed := strings.TrimSpace(line); !strings.HasPrefix(trimmed, "//") && lineEnd.MatchString(line) {
+				t.Errorf("%s:%d spells RESP's line end: %s", path, i+1, trimmed)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.True(t, lineEnd.MatchString(`"*1\r\n"`), "the pattern no longer matches a line end")
 }

@@ -1,10 +1,10 @@
 package faultproxy
 
 import (
-	"bytes"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redisguard/redisguard/internal/resp"
 )
 
 // Push writes frame, a RESP3 push notification such as go-redis's
@@ -58,7 +58,7 @@ func (p *Proxy) Unstub() {
 }
 
 // ping is PING as a client sends it.
-var pingRequest = []byte("*1\r\n$4\r\nPING\r\n")
+var pingRequest = resp.AppendCommand(nil, "PING")
 
 // stub returns b with each whole request in it that a stub matches
 // replaced by PING; b itself when none does or b is not whole requests.
@@ -105,36 +105,16 @@ func matchesAny(args []string, stubs [][]string) bool {
 }
 
 // parseRequest reads one request, an array of bulk strings, from the start
-// of b: its arguments and its length in bytes.
+// of b: its arguments and its length in bytes; ok is false for the start of
+// one, or anything else.
 func parseRequest(b []byte) (args []string, n int, ok bool) {
-	line := func() (string, bool) {
-		i := bytes.Index(b[n:], []byte("\r\n"))
-		if i < 0 {
-			return "", false
-		}
-		s := string(b[n : n+i])
-		n += i + 2
-		return s, true
-	}
-	head, ok := line()
-	if !ok || len(head) < 2 || head[0] != '*' {
+	raw, n, err := resp.Command(b, nil)
+	if err != nil || n == 0 {
 		return nil, 0, false
 	}
-	count, err := strconv.Atoi(head[1:])
-	if err != nil || count < 0 {
-		return nil, 0, false
-	}
-	for range count {
-		h, ok := line()
-		if !ok || len(h) < 2 || h[0] != '$' {
-			return nil, 0, false
-		}
-		size, err := strconv.Atoi(h[1:])
-		if err != nil || size < 0 || n+size+2 > len(b) {
-			return nil, 0, false
-		}
-		args = append(args, string(b[n:n+size]))
-		n += size + 2
+	args = make([]string, len(raw))
+	for i, a := range raw {
+		args[i] = string(a)
 	}
 	return args, n, true
 }
