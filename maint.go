@@ -17,7 +17,9 @@ import (
 // maintenance: from the first connection of the node told MIGRATING,
 // FAILING_OVER or SMIGRATING until every connection so told has been told
 // MIGRATED, FAILED_OVER or SMIGRATED, and never longer than the relaxed
-// timeout past the latest announcement. go-redis relaxes those
+// timeout past the latest announcement; a MOVING opens one for its
+// announced time and the relaxation go-redis keeps on the connections it
+// hands off after it (PostHandoffRelaxedDuration). go-redis relaxes those
 // connections' timeouts for that time; the guards treat the node's waits
 // then as the maintenance's, not the node's: the hang watch does not judge
 // its silence, the slow-node detector does not sample it, and its
@@ -107,7 +109,10 @@ type maintHook struct {
 	n     *node
 	clock clock.Clock
 	bound time.Duration // the relaxed timeout go-redis applies
-	moved func(conn any, m movingNotice)
+	// afterMove is how long go-redis keeps the connections it hands off
+	// on a MOVING relaxed after the hand-off.
+	afterMove time.Duration
+	moved     func(conn any, m movingNotice)
 }
 
 // watchMaintenance registers n's maintHook with the maintenance
@@ -119,8 +124,12 @@ func watchMaintenance(cl *redis.Client, n *node, clk clock.Clock, moved func(con
 	if m == nil {
 		return
 	}
-	bound := cl.Options().MaintNotificationsConfig.RelaxedTimeout
-	m.AddNotificationHook(maintHook{n: n, clock: clk, bound: bound, moved: moved})
+	mc := cl.Options().MaintNotificationsConfig
+	afterMove := mc.PostHandoffRelaxedDuration
+	if afterMove == 0 {
+		afterMove = 2 * mc.RelaxedTimeout // go-redis's default
+	}
+	m.AddNotificationHook(maintHook{n: n, clock: clk, bound: mc.RelaxedTimeout, afterMove: afterMove, moved: moved})
 }
 
 func (h maintHook) PreHook(_ context.Context, _ push.NotificationHandlerContext, _ string, notification []interface{}) ([]interface{}, bool) {
@@ -135,7 +144,14 @@ func (h maintHook) PostHook(_ context.Context, nc push.NotificationHandlerContex
 	}
 	switch kind {
 	case maintnotifications.NotificationMoving:
-		if m, ok := parseMoving(notification); ok && h.moved != nil {
+		m, ok := parseMoving(notification)
+		if !ok {
+			return
+		}
+		// No notification ends a move: the window holds until the old
+		// endpoint goes, and the handed-off connections' relaxation ends.
+		h.n.maint.begin(nc.Conn, h.clock.Now(), m.within+h.afterMove)
+		if h.moved != nil {
 			h.moved(nc.Conn, m)
 		}
 	case maintnotifications.NotificationMigrating, maintnotifications.NotificationFailingOver, maintnotifications.NotificationSMigrating:

@@ -120,7 +120,7 @@ func forEachNodeClient(ctx context.Context, c *Client, fn func(*redis.Client)) e
 // notification on a connection (or none), a move of the clock, and whether
 // the node is under maintenance afterwards.
 func TestMaintenanceWindow(t *testing.T) {
-	const bound = 10 * time.Second
+	const bound, movingWithin = 10 * time.Second, 15 * time.Second
 	type step struct {
 		advance time.Duration
 		conn    string // the connection the notification came on
@@ -185,13 +185,17 @@ func TestMaintenanceWindow(t *testing.T) {
 			{0, "c1", failing, true},
 			{bound, "", "", false},
 		}},
-		{"MOVING opens none", []step{{0, "c1", moving, false}}},
+		{"MOVING: its time and the hand-off's relaxation", []step{
+			{0, "c1", moving, true},
+			{movingWithin + 2*bound - time.Millisecond, "", "", true},
+			{time.Millisecond, "", "", false},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clock.NewFake(slowEpoch)
 			n := &node{addr: "a:1"}
-			h := maintHook{n: n, clock: clk, bound: bound}
+			h := maintHook{n: n, clock: clk, bound: bound, afterMove: 2 * bound}
 			conns := map[string]*int{}
 			for i, s := range tt.steps {
 				clk.Advance(s.advance)
@@ -201,6 +205,9 @@ func TestMaintenanceWindow(t *testing.T) {
 					}
 					nc := push.NotificationHandlerContext{Conn: conns[s.conn]}
 					note := []interface{}{s.kind, int64(i)}
+					if s.kind == moving {
+						note = append(note, int64(movingWithin/time.Second))
+					}
 					got, proceed := h.PreHook(context.Background(), nc, s.kind, note)
 					assert.True(t, proceed, "the hook stops go-redis's handling")
 					assert.Equal(t, note, got, "the hook changes the notification")
@@ -224,7 +231,8 @@ func TestMaintenanceIgnoresFailedNotifications(t *testing.T) {
 }
 
 // A MOVING go-redis applied is handed on, parsed, with the connection it
-// came on; one it refused, or a malformed one, is not.
+// came on, and opens the node's window; one it refused, or a malformed
+// one, does neither.
 func TestMaintHookHandsOnMoving(t *testing.T) {
 	clk := clock.NewFake(slowEpoch)
 	type heard struct {
@@ -243,7 +251,7 @@ func TestMaintHookHandsOnMoving(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Same(t, conn, got[0].conn)
 	assert.Equal(t, movingNotice{seq: 2, within: 15 * time.Second, to: "b:1"}, got[0].m)
-	assert.False(t, h.n.maint.active(clk.Now()), "a MOVING opened a maintenance window")
+	assert.True(t, h.n.maint.active(clk.Now()), "a MOVING opened no maintenance window")
 }
 
 // A wait overlaps the window when it began before the window closed and
