@@ -166,6 +166,14 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 			s.heard = now
 		}
 		busy = busy || asked
+		// Silent now: it keeps a connection waiting and answers nothing.
+		// A late tick leaves the mark as it is: the client stalled, and
+		// the node did not answer meanwhile either.
+		if heard || !asked {
+			n.setSilent(false)
+		} else if kept {
+			n.setSilent(true)
+		}
 		if !asked || heard || fresh || n.resolving.Load() > 0 || n.maint.active(now) {
 			// A Sentinel dial spends its first wait on the sentinels,
 			// which is not the master's silence; a node under an

@@ -115,6 +115,28 @@ func TestHangWatchTripsASilentNode(t *testing.T) {
 	assert.Equal(t, 1, f.node("b:1").conns.len(), "a healthy node's connection was cut")
 }
 
+// The watch marks a node silent as soon as it has kept a connection
+// waiting for two ticks with nothing read, long before its bound trips the
+// breaker; a late tick leaves the mark, and the node's first answer, or
+// having nothing asked, clears it.
+func TestHangWatchMarksASilentNode(t *testing.T) {
+	f := newHangFixture(t, "a:1", "b:1", "c:1")
+	f.tick(hangTick)
+	a, b := f.conn("a:1"), f.conn("b:1")
+	n := f.node("a:1")
+	ask(a)
+	f.run(hangKeptListens*hangTick, chatter(b))
+	assert.True(t, n.silent.Load(), "a node that kept a connection waiting is not silent")
+	assert.True(t, n.out(), "a silent node is not out")
+	assert.False(t, f.node("b:1").silent.Load(), "a node that answers is silent")
+	f.tick(2 * hangLate)
+	assert.True(t, n.silent.Load(), "a late tick cleared the mark")
+	answer(a)
+	f.tick(hangTick)
+	assert.False(t, n.silent.Load(), "an answer did not clear the mark")
+	assert.Empty(t, f.opened())
+}
+
 func TestHangWatchAloneTripsOnItsOwn(t *testing.T) {
 	// Standalone: one node, no peers to compare with; punctual ticks say
 	// the client is not the one stalled.

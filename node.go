@@ -73,6 +73,7 @@ type node struct {
 	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)
 	conns       connSet      // the connections of the ordinary clients, cut when the breaker opens
 	tripSilence atomic.Int64 // ns of silence the hang watch tripped the breaker on; 0 otherwise
+	silent      atomic.Bool  // the hang watch finds it keeping a connection waiting, answering nothing
 	maint       maintenance  // announced maintenance windows (maint.go)
 
 	slowWaiting     atomic.Int64  // ordinary operations admitted while it is marked, in progress
@@ -167,6 +168,19 @@ func (s *nodeSet) refused(n *node) {
 		s.probes.start(n, n.sched.Opened(s.k.clock.Now()))
 	}
 }
+
+// setSilent records what the hang watch last found: whether n keeps a
+// connection waiting and answers nothing. It writes only a change.
+func (n *node) setSilent(silent bool) {
+	if n.silent.Load() != silent {
+		n.silent.Store(silent)
+	}
+}
+
+// out reports whether n serves nothing now: its breaker is open, or it is
+// silent while the hang watch's bound runs. Slow marking counts such a node
+// among those it never takes out more of.
+func (n *node) out() bool { return n.br.State() == breaker.Open || n.silent.Load() }
 
 // idle reports whether n's breaker has refused no command for
 // probeIdleAfter.

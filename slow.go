@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/outlier"
 	"github.com/redisguard/redisguard/internal/slotmap"
 )
@@ -101,7 +100,7 @@ func (s *slowNodes) evaluate(nodes *nodeSet, now time.Time) {
 	list := make([]outlier.Node, 0, len(all))
 	byAddr := make(map[string]*node, len(all))
 	for _, n := range all {
-		list = append(list, outlier.Node{ID: n.addr, Group: shards.Shard(n.addr), Latency: &n.lat, Out: n.br.State() == breaker.Open})
+		list = append(list, outlier.Node{ID: n.addr, Group: shards.Shard(n.addr), Latency: &n.lat, Out: n.out()})
 		byAddr[n.addr] = n
 	}
 	for _, ch := range s.det.Evaluate(now, list) {

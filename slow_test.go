@@ -143,6 +143,23 @@ func TestSlowNodeNotMarkedBesideAnOpenBreaker(t *testing.T) {
 	assert.NotContains(t, f.kinds(), EventNodeSlow)
 }
 
+// A node the hang watch finds silent serves nothing either, before its
+// bound has run out and its breaker opens: a slow peer is not marked
+// meanwhile.
+func TestSlowNodeNotMarkedBesideASilentNode(t *testing.T) {
+	f := newSlowFixture(t, Config{MaxConnections: 40})
+	a, _ := f.nodes.lookup("a:1")
+	d, _ := f.nodes.lookup("d:1")
+	d.setSilent(true)
+	f.run(3*time.Second, map[string]time.Duration{"a:1": 80 * time.Millisecond})
+	assert.False(t, a.slow.Load(), "marked beside a node that is silent")
+	assert.NotContains(t, f.kinds(), EventNodeSlow)
+
+	d.setSilent(false) // it answers again: a is judged as before
+	f.run(3*time.Second, map[string]time.Duration{"a:1": 80 * time.Millisecond})
+	assert.True(t, a.slow.Load(), "not marked once its peer answers again")
+}
+
 func TestSlowNodeMarkingOff(t *testing.T) {
 	f := newSlowFixture(t, Config{SlowNodeFactor: 4})
 	assert.NotNil(t, f.nodes.slow)
