@@ -310,24 +310,9 @@ func TestHygieneBadURL(t *testing.T) {
 // goroutine's callers, which a release or a change in inlining renames.
 func TestNoStackInspection(t *testing.T) {
 	walk := regexp.MustCompile(`runtime\.(Callers|CallersFrames|Caller|Stack|FuncForPC)\b`)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		assert.Empty(t, walk.FindAllString(string(src), -1), "%s reads the goroutine's stack", path)
-		return nil
+	eachSource(t, "", func(path, src string) {
+		assert.Empty(t, walk.FindAllString(src, -1), "%s reads the goroutine's stack", path)
 	})
-	require.NoError(t, err)
 	assert.True(t, walk.MatchString("runtime.CallersFrames(pcs)"), "the pattern no longer matches a stack walk")
 }
 
@@ -366,11 +351,26 @@ func TestNoFieldHoldsTheClient(t *testing.T) {
 // or writer of RESP does.
 func TestRESPInOnePackage(t *testing.T) {
 	lineEnd := regexp.MustCompile(`\\r\\n|'\\r'`)
+	eachSource(t, filepath.Join("internal", "resp"), func(path, src string) {
+		for i, line := range strings.Split(src, "\n") {
+			if trimmed := strings.TrimSpace(line); !strings.HasPrefix(trimmed, "//") && lineEnd.MatchString(line) {
+				t.Errorf("%s:%d spells RESP's line end: %s", path, i+1, trimmed)
+			}
+		}
+	})
+	assert.True(t, lineEnd.MatchString(`"*1\r\n"`), "the pattern no longer matches a line end")
+}
+
+// eachSource calls fn with every Go source file of the module's tree that
+// is not a test, testdata or below skip (a folder; "" for none), and its
+// text.
+func eachSource(t *testing.T, skip string, fn func(path, src string)) {
+	t.Helper()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || path == filepath.Join("internal", "resp")) && path != "." {
+		if d.IsDir() && path != "." && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || path == skip) {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -380,13 +380,8 @@ func TestRESPInOnePackage(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for i, line := range strings.Split(string(src), "\n") {
-			if trimmed := strings.TrimSpace(line); !strings.HasPrefix(trimmed, "//") && lineEnd.MatchString(line) {
-				t.Errorf("%s:%d spells RESP's line end: %s", path, i+1, trimmed)
-			}
-		}
+		fn(path, string(src))
 		return nil
 	})
 	require.NoError(t, err)
-	assert.True(t, lineEnd.MatchString(`"*1\r\n"`), "the pattern no longer matches a line end")
 }
