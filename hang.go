@@ -56,6 +56,10 @@ type hangWatch struct {
 type nodeSilence struct {
 	since time.Time // when it last answered, or last had nothing to answer
 	heard time.Time // when it last answered
+	// quietFrom is the first judgement of the run of judgements that have
+	// found it asked and not answering; zero while it answers, or is asked
+	// nothing. Late ticks do not restart it (see node.silent).
+	quietFrom time.Time
 	// kept: since since, one of its connections was kept waiting for a
 	// reply (connSet.listen). Silence made only of waits that their callers
 	// cut shorter than that is a caller's impatience, not the node's: on a
@@ -166,12 +170,16 @@ func (w *hangWatch) judge(now time.Time) (busy bool) {
 			s.heard = now
 		}
 		busy = busy || asked
-		// Silent now: it keeps a connection waiting and answers nothing.
-		// A late tick leaves the mark as it is: the client stalled, and
-		// the node did not answer meanwhile either.
+		// Silent now: something has been waiting for its answer at every
+		// judgement for half the floor, and it answered nothing. A late
+		// tick does not restart that count: the client stalled, and the
+		// node did not answer meanwhile either.
 		if heard || !asked {
+			s.quietFrom = time.Time{}
 			n.setSilent(false)
-		} else if kept {
+		} else if s.quietFrom.IsZero() {
+			s.quietFrom = now
+		} else if now.Sub(s.quietFrom) >= w.floor/2 {
 			n.setSilent(true)
 		}
 		if !asked || heard || fresh || n.resolving.Load() > 0 || n.maint.active(now) {

@@ -115,18 +115,21 @@ func TestHangWatchTripsASilentNode(t *testing.T) {
 	assert.Equal(t, 1, f.node("b:1").conns.len(), "a healthy node's connection was cut")
 }
 
-// The watch marks a node silent as soon as it has kept a connection
-// waiting for two ticks with nothing read, long before its bound trips the
+// The watch marks a node silent once it has been asked something and
+// answered nothing for half HungNodeAfter, before its bound trips the
 // breaker; a late tick leaves the mark, and the node's first answer, or
-// having nothing asked, clears it.
+// having nothing asked, clears it. A node that answers every few ticks (a
+// slow one) is never silent.
 func TestHangWatchMarksASilentNode(t *testing.T) {
 	f := newHangFixture(t, "a:1", "b:1", "c:1")
 	f.tick(hangTick)
 	a, b := f.conn("a:1"), f.conn("b:1")
 	n := f.node("a:1")
 	ask(a)
-	f.run(hangKeptListens*hangTick, chatter(b))
-	assert.True(t, n.silent.Load(), "a node that kept a connection waiting is not silent")
+	f.run(DefaultHungNodeAfter/2-hangTick, chatter(b))
+	assert.False(t, n.silent.Load(), "silent before half HungNodeAfter")
+	f.run(2*hangTick, chatter(b))
+	assert.True(t, n.silent.Load(), "a node that answered nothing for half HungNodeAfter is not silent")
 	assert.True(t, n.out(), "a silent node is not out")
 	assert.False(t, f.node("b:1").silent.Load(), "a node that answers is silent")
 	f.tick(2 * hangLate)
@@ -135,6 +138,14 @@ func TestHangWatchMarksASilentNode(t *testing.T) {
 	f.tick(hangTick)
 	assert.False(t, n.silent.Load(), "an answer did not clear the mark")
 	assert.Empty(t, f.opened())
+
+	// Slow, not silent: it answers every 75ms.
+	for range 20 {
+		ask(a)
+		f.run(3*hangTick, chatter(b))
+		answer(a)
+		assert.False(t, n.silent.Load(), "a slow node is silent")
+	}
 }
 
 func TestHangWatchAloneTripsOnItsOwn(t *testing.T) {

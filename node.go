@@ -73,7 +73,7 @@ type node struct {
 	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)
 	conns       connSet      // the connections of the ordinary clients, cut when the breaker opens
 	tripSilence atomic.Int64 // ns of silence the hang watch tripped the breaker on; 0 otherwise
-	silent      atomic.Bool  // the hang watch finds it keeping a connection waiting, answering nothing
+	silent      atomic.Bool  // the hang watch has found it asked and answering nothing for half HungNodeAfter
 	maint       maintenance  // announced maintenance windows (maint.go)
 
 	slowWaiting     atomic.Int64  // ordinary operations admitted while it is marked, in progress
@@ -169,8 +169,9 @@ func (s *nodeSet) refused(n *node) {
 	}
 }
 
-// setSilent records what the hang watch last found: whether n keeps a
-// connection waiting and answers nothing. It writes only a change.
+// setSilent records what the hang watch last found: whether n has been
+// asked something and answered nothing for half HungNodeAfter. It writes
+// only a change.
 func (n *node) setSilent(silent bool) {
 	if n.silent.Load() != silent {
 		n.silent.Store(silent)
