@@ -84,13 +84,20 @@ func runSlowLoad(c redis.UniversalClient, slowKey string, healthyKeys []string, 
 	return l
 }
 
-// slowDown runs CLIENT PAUSE 45 ALL on s every 50ms until stop is called.
+// slowDown runs CLIENT PAUSE 45 ALL on s every 50ms until stop is called:
+// about ten times slower, every call delayed.
 func slowDown(t *testing.T, s *redistest.Server) (stop func()) {
+	return pauseEvery(t, s, 45*time.Millisecond, 50*time.Millisecond)
+}
+
+// pauseEvery runs CLIENT PAUSE <pause> ALL on s every period until stop is
+// called.
+func pauseEvery(t *testing.T, s *redistest.Server, pause, period time.Duration) (stop func()) {
 	admin := s.Admin()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			select {
@@ -98,7 +105,7 @@ func slowDown(t *testing.T, s *redistest.Server) (stop func()) {
 				return
 			case <-tick.C:
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = admin.Do(ctx, "CLIENT", "PAUSE", 45, "ALL").Err()
+				_ = admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err()
 				cancel()
 			}
 		}
