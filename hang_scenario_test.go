@@ -23,8 +23,9 @@ import (
 // Config; go-redis alone runs its defaults beside it in the same test.
 
 // runLoadDeadline is runLoad with every call bounded by the caller's own
-// deadline, as an HTTP handler's context bounds it.
-func runLoadDeadline(workers int, d, deadline time.Duration, fn func(ctx context.Context, rng *rand.Rand) (int, error)) *opRecord {
+// deadline, as an HTTP handler's context bounds it: worker w's calls get
+// deadline(w).
+func runLoadDeadline(workers int, d time.Duration, deadline func(w int) time.Duration, fn func(ctx context.Context, rng *rand.Rand) (int, error)) *opRecord {
 	rec := &opRecord{start: time.Now(), per: make([][]op, workers)}
 	stop := rec.start.Add(d)
 	var wg sync.WaitGroup
@@ -36,7 +37,7 @@ func runLoadDeadline(workers int, d, deadline time.Duration, fn func(ctx context
 				if !t0.Before(stop) {
 					return
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				ctx, cancel := context.WithTimeout(context.Background(), deadline(w))
 				g, err := fn(ctx, rng)
 				cancel()
 				rec.per[w] = append(rec.per[w], op{at: t0.Sub(rec.start), lat: time.Since(t0), group: g, err: err})
@@ -105,9 +106,29 @@ func TestScenarioHungMasterCallerDeadlines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scenario")
 	}
+	hungMasterUnderDeadlines(t, "200ms", func(int) time.Duration { return 200 * time.Millisecond })
+}
+
+// The same hang, with the callers' deadlines spread over what services
+// carry: worker w of 64 gives up after 100ms + w*400ms/63, so some callers
+// wait 100ms and others 500ms.
+func TestScenarioHungMasterSpreadDeadlines(t *testing.T) {
+	fullOnly(t)
+	hungMasterUnderDeadlines(t, "100-500ms", func(w int) time.Duration {
+		return 100*time.Millisecond + time.Duration(w)*400*time.Millisecond/63
+	})
+}
+
+// hungMasterUnderDeadlines hangs one master of three under 64 callers whose
+// calls get deadline(w), go-redis alone and redisguard in turn.
+func hungMasterUnderDeadlines(t *testing.T, label string, deadline func(w int) time.Duration) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 20 * time.Second})
 	keys := clusterKeys(t, cl, 300)
-	const callers, deadline = 64, 200 * time.Millisecond
+	const callers = 64
+	shortest := deadline(0)
+	for w := range callers {
+		shortest = min(shortest, deadline(w))
+	}
 	warm, hang, after := 2*time.Second, pick(6*time.Second, 3*time.Second), 2*time.Second
 	hung := cl.Masters[0]
 
@@ -142,7 +163,7 @@ func TestScenarioHungMasterCallerDeadlines(t *testing.T) {
 		r.base = rec.rate(-1, 500*time.Millisecond, start)
 		r.during = rec.rate(-1, start, start+hang)
 		r.waitedOut = len(rec.filter(-1, start, start+hang, func(o op) bool {
-			return errors.Is(o.err, context.DeadlineExceeded) && o.lat >= deadline-5*time.Millisecond
+			return errors.Is(o.err, context.DeadlineExceeded) && o.lat >= shortest-5*time.Millisecond
 		}))
 		r.healthyErrs = len(rec.filter(1, 0, time.Hour, errOps)) + len(rec.filter(2, 0, time.Hour, errOps))
 		for _, o := range rec.filter(0, start+hang, time.Hour, okOps) {
@@ -182,7 +203,7 @@ func TestScenarioHungMasterCallerDeadlines(t *testing.T) {
 		return []string{r.name, fmtRate(r.base), fmtRate(r.during), fmtPct(r.during / r.base), strconv.Itoa(r.waitedOut),
 			opened, strconv.Itoa(r.healthyErrs), recovered}
 	}
-	table(t, fmt.Sprintf("hung master: %d callers with %s deadlines, default Config, hang %s", callers, deadline, hang),
+	table(t, fmt.Sprintf("hung master: %d callers with %s deadlines, default Config, hang %s", callers, label, hang),
 		[]string{"client", "answered before", "answered during hang", "kept", "waited out their deadline", "breaker opened after",
 			"healthy-key errors", "first answer after resume"},
 		row(rs), row(rg))
@@ -222,7 +243,7 @@ func TestScenarioHangWatchOpensNoHealthyNode(t *testing.T) {
 		runLoad(64, time.Second, func(ctx context.Context, rng *rand.Rand) (int, error) {
 			return 0, ignoreNil(c.Get(ctx, "k"+strconv.Itoa(rng.IntN(100))).Err())
 		})
-		rec := runLoadDeadline(callers, pick(5*time.Second, 2*time.Second), time.Millisecond, func(ctx context.Context, rng *rand.Rand) (int, error) {
+		rec := runLoadDeadline(callers, pick(5*time.Second, 2*time.Second), func(int) time.Duration { return time.Millisecond }, func(ctx context.Context, rng *rand.Rand) (int, error) {
 			return 0, ignoreNil(c.Get(ctx, "k"+strconv.Itoa(rng.IntN(100))).Err())
 		})
 		all := rec.filter(-1, 0, time.Hour, nil)
