@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisguard/redisguard/internal/background"
 )
 
 // Admission keeps two capacity budgets apart, so that commands which hold a
@@ -51,7 +53,9 @@ type admission struct {
 	// connection to an address; called once, on the first long call.
 	newLong func() (redis.UniversalClient, func(addr string) nodeGuard)
 	permits chan struct{} // one token per long permit in use; cap MaxLongConnections
-	closing chan struct{} // closed by close: wakes permit waiters and unblock loops
+	// bg owns the interrupts of cancelled calls (dedicated.go); its context,
+	// cancelled by close, also wakes permit waiters.
+	bg background.Group
 
 	exhaustions atomic.Uint64 // long operations refused with ErrPoolExhausted
 	exhaustLog  logLimiter    // keeps a saturated budget from flooding the log
@@ -80,7 +84,6 @@ type admission struct {
 	live     map[*dedicated]struct{}  // guarded by mu; every open dedicated connection, idle or in use
 	moves    map[string]nodeMove      // guarded by mu; the latest move each node announced, by node address (dedicated_moving.go)
 	controls map[string]*redis.Client // guarded by mu; CLIENT UNBLOCK's clients by endpoint, once a node moved (controlFor)
-	loops    sync.WaitGroup           // interrupts of cancelled calls (dedicated.go); Add only under mu while !closed
 }
 
 // newAdmission returns the long budget of k's Config. hooks are what a
@@ -95,7 +98,6 @@ func newAdmission(k *core, hooks *clientHooks, newLong func() (redis.UniversalCl
 		newLong:  newLong,
 		nodeDown: nodeDown,
 		permits:  make(chan struct{}, k.cfg.MaxLongConnections),
-		closing:  make(chan struct{}),
 		idle:     make(map[string][]*dedicated),
 		shells:   make(map[string][]*shell),
 		live:     make(map[*dedicated]struct{}),
@@ -127,7 +129,7 @@ func (a *admission) acquire(ctx context.Context) error {
 		return ErrPoolExhausted
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-a.closing:
+	case <-a.bg.Context().Done():
 		return ErrClosed
 	}
 }
@@ -195,7 +197,7 @@ func (a *admission) close() error {
 		return nil
 	}
 	a.closed = true
-	close(a.closing)
+	a.bg.Cancel()
 	idle, live, shells, long, controls := a.idle, a.live, a.shells, a.long, a.controls
 	a.idle, a.live, a.shells, a.controls = nil, nil, nil, nil
 	a.mu.Unlock()
@@ -210,7 +212,7 @@ func (a *admission) close() error {
 	if long != nil {
 		err = long.Close() // fails the CLIENT UNBLOCKs in flight at once
 	}
-	a.loops.Wait()
+	a.bg.Close()
 	return err
 }
 

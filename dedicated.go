@@ -286,15 +286,8 @@ func (a *admission) run(ctx context.Context, d *dedicated, cmds []redis.Cmder, d
 	}
 	finished := make(chan struct{})
 	stop := context.AfterFunc(callCtx, func() {
-		a.mu.Lock()
-		if a.closed {
-			a.mu.Unlock()
-			return // Close is cutting the call short anyway
-		}
-		a.loops.Add(1)
-		a.mu.Unlock()
-		defer a.loops.Done()
-		a.interrupt(d, finished)
+		// Refused once Close has begun: it is cutting the call short anyway.
+		a.bg.Go(func(ctx context.Context) { a.interrupt(ctx, d, finished) })
 	})
 	err = do(runCtx, d.conn)
 	close(finished)
@@ -338,7 +331,8 @@ func reusable(err error) bool {
 }
 
 // interrupt ends the call on d whose context was cancelled, and returns
-// once finished is closed or the call is cut off. The call must end within
+// once finished is closed, the call is cut off, or ctx (the admission's
+// own, done at Close) ends. The call must end within
 // unblockGrace of the cancellation, whatever the server's state or the
 // user's permissions.
 //
@@ -368,7 +362,7 @@ func reusable(err error) bool {
 // connection, the price of returning at all.
 //
 // Real time paces the loop: this is network back-off, not logic under test.
-func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
+func (a *admission) interrupt(ctx context.Context, d *dedicated, finished <-chan struct{}) {
 	if d.id == 0 || a.unblock.refused() {
 		d.sever()
 		return
@@ -386,9 +380,9 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 	giveUp := time.Now().Add(grace)
 	wait := time.Millisecond
 	for {
-		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
-		cmd := ownCmd{redis.NewCmd(ctx, "client", "unblock", d.id, "error")}
-		_ = control.Process(ctx, cmd)
+		askCtx, cancel := context.WithDeadline(ctx, giveUp)
+		cmd := ownCmd{redis.NewCmd(askCtx, "client", "unblock", d.id, "error")}
+		_ = control.Process(askCtx, cmd)
 		n, err := cmd.Int64()
 		cancel()
 		switch {
@@ -411,7 +405,7 @@ func (a *admission) interrupt(d *dedicated, finished <-chan struct{}) {
 		case <-finished:
 			t.Stop()
 			return
-		case <-a.closing:
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
