@@ -271,10 +271,13 @@ func TestParseURLReadFrom(t *testing.T) {
 }
 
 // TestReplicaHealthyPathRatio measures what ReadFromMasterPreferred costs
-// while every master is healthy: each read reaches a replica's node client
-// first and is sent on to the master. Its throughput against ReadFromMaster
-// on the same cluster, interleaved as in TestHealthyPathRatio, with a second
-// ReadFromMaster client as the control. Only under REDISGUARD_BENCH=1.
+// while every master is healthy: go-redis routes its reads to the masters
+// as with ReadFromMaster, and the master's hook only checks that it need
+// not divert them. Its throughput against ReadFromMaster on the same
+// cluster, with a second ReadFromMaster client as the control; each round
+// runs the three in the next of their six orders, so that none of them
+// always runs in the same place (a client always run second measured
+// about 2% faster than the other two). Only under REDISGUARD_BENCH=1.
 func TestReplicaHealthyPathRatio(t *testing.T) {
 	if os.Getenv("REDISGUARD_BENCH") != "1" {
 		t.Skip("set REDISGUARD_BENCH=1 (make bench) to measure throughput ratios")
@@ -297,12 +300,12 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 	}{{"GET", getOp}, {"pipeline of 100", pipelineOp}} {
 		var ratios, ctlRatios, rates []float64
 		for i := range rounds {
-			var m, c, p float64
-			if i%2 == 0 {
-				c, m, p = timedSlice(t, workers, control, w.op, slice, nil), timedSlice(t, workers, master, w.op, slice, nil), timedSlice(t, workers, preferred, w.op, slice, nil)
-			} else {
-				p, m, c = timedSlice(t, workers, preferred, w.op, slice, nil), timedSlice(t, workers, master, w.op, slice, nil), timedSlice(t, workers, control, w.op, slice, nil)
+			clients := []redis.Cmdable{master, control, preferred}
+			var rate [3]float64
+			for _, k := range orders3[i%len(orders3)] {
+				rate[k] = timedSlice(t, workers, clients[k], w.op, slice, nil)
 			}
+			m, c, p := rate[0], rate[1], rate[2]
 			ratios, ctlRatios, rates = append(ratios, p/m), append(ctlRatios, c/m), append(rates, m)
 		}
 		rows = append(rows, []string{w.name, fmt.Sprintf("%.0f/s", median(rates)), fmt.Sprintf("%.3f", median(ratios)),
@@ -314,6 +317,9 @@ func TestReplicaHealthyPathRatio(t *testing.T) {
 	table(t, fmt.Sprintf("healthy cluster, 3 masters + 3 replicas: %d rounds of %v, %d callers; ratio = master_preferred/master", rounds, slice, len(workers.work)),
 		[]string{"workload", "ReadFromMaster", "median ratio", "range", "control ratio"}, rows...)
 }
+
+// orders3 is every order of three things.
+var orders3 = [6][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
 
 func TestReplicaEventKinds(t *testing.T) {
 	assert.Equal(t, "replica-reads-started", EventReplicaReadsStarted.String())
