@@ -105,9 +105,10 @@ func TestScenarioPausedMaster(t *testing.T) {
 	assert.Zero(t, rg.healthyErrs, "requests for healthy nodes failed")
 	assert.GreaterOrEqual(t, rg.recoveredAfter, time.Duration(0), "the paused node never served again")
 	assert.LessOrEqual(t, rg.recoveredAfter, pick(500*time.Millisecond, 1500*time.Millisecond), "the node came back too slowly")
-	// At most two topology calls a second during the event, plus the
-	// initial load and the reload after recovery.
-	assert.LessOrEqual(t, float64(rg.slotsCalls), 2*pause.Seconds()+3, "topology refresh stampede")
+	// At most four topology calls a second during the event (one each
+	// refreshMinInterval), plus the initial load and the reload after
+	// recovery.
+	assert.LessOrEqual(t, float64(rg.slotsCalls), float64(pause)/float64(refreshMinInterval)+3, "topology refresh stampede")
 
 	var n NodeStats
 	for _, s := range guard.Stats().Nodes {

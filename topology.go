@@ -17,10 +17,14 @@ import (
 
 // Topology refresh limits. A refresh is one CLUSTER SLOTS sent to one node;
 // refreshMinInterval plus up to refreshJitter apart, so a herd of failing
-// callers costs the cluster at most two topology calls a second.
+// callers costs the cluster at most four topology calls a second (go-redis
+// alone: one per client each 200ms, its reload cooldown, and more on every
+// MOVED). While a master's breaker is open its callers keep asking, so a
+// promotion is seen within one interval, 250-300ms, of the cluster's own
+// map saying so.
 const (
-	refreshMinInterval = 500 * time.Millisecond
-	refreshJitter      = 100 * time.Millisecond
+	refreshMinInterval = 250 * time.Millisecond
+	refreshJitter      = 50 * time.Millisecond
 )
 
 // topology keeps the cluster slot map fresh without letting many callers
