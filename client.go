@@ -116,7 +116,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	// Subscriptions run on clients of their own (subscription_client.go),
 	// and are moved off a node that stops answering (subscription_move.go).
 	subs := newSubscriptions(k, adm, nodes, topo, sm, hooks)
-	fac := &facade{k: k, adm: adm, ride: newRideOut(resolved.ClusterNodeTimeout, readOnlyAnswered(resolved, nodes, sm)),
+	fac := &facade{k: k, adm: adm, ride: newRideOut(resolved.ClusterNodeTimeout, readOnlyAnswered(resolved, nodes, sm), clusterWhole(topo)),
 		nodes: nodes, topo: topo}
 	var reps *replicas
 	if resolved.ReadFrom != ReadFromMaster {
@@ -170,6 +170,15 @@ func readOnlyAnswered(cfg Config, nodes *nodeSet, sm *sentinelMaster) func() {
 		return func() { sm.lookup(true) }
 	}
 	return nil
+}
+
+// clusterWhole is what the ride-out does when CLUSTERDOWN ends: in Cluster
+// mode, fetch the slot map at once, whose change (a promotion) ended it.
+func clusterWhole(topo *topology) func() {
+	if topo == nil {
+		return nil
+	}
+	return topo.force
 }
 
 // Mode reports the mode the client runs in (never ModeAuto). With ModeAuto

@@ -42,6 +42,11 @@ type rideOut struct {
 	// the pooled connections lead to a demoted master (Standalone), or the
 	// sentinels must be asked for the new one.
 	readOnly func()
+	// whole, if set, runs when a round after CLUSTERDOWN ends served: the
+	// cluster covers every slot again, most often because a replica was
+	// promoted, so the slot map is to be fetched now rather than at the
+	// next refresh the failing commands may ask for (Cluster).
+	whole func()
 
 	// rounds holds the round in progress for each kind of reply: one
 	// back-off and the leader's send after it, which ends the round with
@@ -57,8 +62,8 @@ const (
 	rideOutMax   = 250 * time.Millisecond
 )
 
-func newRideOut(max time.Duration, readOnly func()) *rideOut {
-	return &rideOut{max: max, first: rideOutFirst, readOnly: readOnly, now: time.Now, after: time.After}
+func newRideOut(max time.Duration, readOnly, whole func()) *rideOut {
+	return &rideOut{max: max, first: rideOutFirst, readOnly: readOnly, whole: whole, now: time.Now, after: time.After}
 }
 
 // notServing reports whether err is a reply that says the server cannot
@@ -145,7 +150,11 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 			return waitEnded(ctx, err)
 		}
 		err = again(err)
-		r.rounds.End(kind, rd, !notServing(err))
+		served := !notServing(err)
+		if served && kind == "CLUSTERDOWN" && r.whole != nil {
+			r.whole()
+		}
+		r.rounds.End(kind, rd, served)
 	}
 	return err
 }

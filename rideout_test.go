@@ -19,7 +19,7 @@ import (
 // they advance.
 func fakeRideOut(max time.Duration) (*rideOut, *clock.Fake) {
 	clk := clock.NewFake(time.Now().Add(time.Hour)) // ahead of real time: contexts with its deadlines stay live
-	r := newRideOut(max, nil)
+	r := newRideOut(max, nil, nil)
 	r.now = clk.Now
 	r.after = func(d time.Duration) <-chan time.Time {
 		clk.Advance(d)
@@ -61,6 +61,37 @@ func TestRideOutServedAfterRounds(t *testing.T) {
 	// Rounds of about 50, 100, 200 and 250ms (the most).
 	waited := clk.Now().Sub(start)
 	assert.InDelta(t, float64(600*time.Millisecond), float64(waited), float64(120*time.Millisecond))
+}
+
+// The end of a CLUSTERDOWN window (a promotion, most often) fetches the
+// slot map at once: whole runs when a round after CLUSTERDOWN is served,
+// not while the cluster still refuses, and not for the other refusals.
+func TestRideOutClusterWholeAgain(t *testing.T) {
+	r, _ := fakeRideOut(15 * time.Second)
+	wholes := 0
+	r.whole = func() { wholes++ }
+	refusedTwice := func(reply error) func(context.Context) error {
+		sends := 0
+		return func(context.Context) error {
+			if sends++; sends < 3 {
+				return reply
+			}
+			return nil
+		}
+	}
+	require.NoError(t, r.process(context.Background(), clusterDown, refusedTwice(clusterDown)))
+	assert.Equal(t, 1, wholes, "the served round after CLUSTERDOWN, and only it")
+
+	tryAgain := redisErr("TRYAGAIN Multiple keys request during rehashing of slot")
+	require.NoError(t, r.process(context.Background(), tryAgain, refusedTwice(tryAgain)))
+	assert.Equal(t, 1, wholes, "TRYAGAIN's end says nothing of the slot map's owners")
+
+	short, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	r.max = 100 * time.Millisecond
+	err := r.process(short, clusterDown, func(context.Context) error { return clusterDown })
+	require.ErrorIs(t, err, ErrNotServing)
+	assert.Equal(t, 1, wholes, "a window that outlasted the ride-out is not its end")
 }
 
 func TestRideOutGivesUpTyped(t *testing.T) {
