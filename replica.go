@@ -148,6 +148,13 @@ type shardMap struct {
 	from       *slotmap.Map       // the slot map it was built from
 	masterOf   map[string]*node   // replica address → its master
 	replicasOf map[string][]*node // master address → its replicas
+	// formerReplicasOf holds, for each master the map before this one had
+	// and this one has not (replaced by a promoted replica), the replicas
+	// it had there: go-redis routes by its own copy of the map, which it
+	// swaps a moment after this one is stored, and a read it still sends to
+	// the replaced master is served by one of them, the promoted one
+	// included (one whose master no longer owns the slot answers MOVED).
+	formerReplicasOf map[string][]*node
 }
 
 // fallback is a master's reads going to a replica while its breaker is open
@@ -263,6 +270,16 @@ func (r *replicas) shardMap() *shardMap {
 		}
 		m.replicasOf[addr] = reps
 	}
+	if prev := r.shards.Load(); prev != nil {
+		for addr, reps := range prev.replicasOf {
+			if _, ok := m.replicasOf[addr]; !ok && len(reps) > 0 {
+				if m.formerReplicasOf == nil {
+					m.formerReplicasOf = make(map[string][]*node)
+				}
+				m.formerReplicasOf[addr] = reps
+			}
+		}
+	}
 	r.shards.Store(m)
 	// A master the new map no longer has (replaced by its replica) is not
 	// read from a replica any more.
@@ -282,10 +299,14 @@ func (r *replicas) masterOf(addr string) *node {
 	return nil
 }
 
-// replicasOf returns the replicas of the master at addr.
+// replicasOf returns the replicas of the master at addr; for a master the
+// last map replaced, the replicas the map before it gave it.
 func (r *replicas) replicasOf(addr string) []*node {
 	if m := r.shardMap(); m != nil {
-		return m.replicasOf[addr]
+		if reps, ok := m.replicasOf[addr]; ok {
+			return reps
+		}
+		return m.formerReplicasOf[addr]
 	}
 	return nil
 }

@@ -229,6 +229,26 @@ func TestReplicaReadsStopWhenTheMasterIsReplaced(t *testing.T) {
 	assert.Equal(t, "m:1", f.events[len(f.events)-1].Addr)
 }
 
+// Between the map that says a master was replaced and go-redis's own copy
+// of it, go-redis still sends the replaced master's reads to it: its
+// breaker open, they go to the replicas it had, the promoted one among
+// them, and not to nobody.
+func TestReplicaReadsOfAReplacedMasterGoToItsFormerReplicas(t *testing.T) {
+	f := newRouteFixture(t, ReadFromMasterPreferred, 0)
+	require.Equal(t, []*node{f.replica}, f.r.members(context.Background(), f.master))
+	open(f.master)
+	f.view = slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "r:1"}}}}) // promoted
+	assert.Equal(t, []*node{f.replica}, f.r.members(context.Background(), f.master))
+	rep, cl := f.r.standIn(context.Background(), f.master)
+	assert.Same(t, f.replica, rep)
+	assert.NotNil(t, cl)
+	assert.Empty(t, f.r.members(context.Background(), f.replica), "the promoted master has no replicas")
+
+	// One map later the former master is forgotten.
+	f.view = slotmap.New([]redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: "r:1"}, {Addr: "r:2"}}}})
+	assert.Empty(t, f.r.members(context.Background(), f.master))
+}
+
 func TestReplicaReadsEventsOnlyForMasterPreferred(t *testing.T) {
 	f := newRouteFixture(t, ReadFromReplicaPreferred, 0)
 	f.r.servedByReplica(f.r.fallback("m:1"), f.master, f.replica, 1)
