@@ -76,7 +76,8 @@ func pick[T any](full, short T) T {
 // op is one operation's record. at is its start, relative to the run's start.
 type op struct {
 	at, lat time.Duration
-	group   int // which key group the op touched (e.g. faulted node vs healthy)
+	late    time.Duration // paced ops: how long after its scheduled start it was called
+	group   int           // which key group the op touched (e.g. faulted node vs healthy)
 	err     error
 }
 
