@@ -345,7 +345,9 @@ func reusable(err error) bool {
 // as TIMEOUT does, with an -UNBLOCKED reply that run's caller maps to
 // ctx.Err(); on a postponed command it answers -UNBLOCKED to a command that
 // never ran, which is just as safe. UNBLOCK answers 0 while the command has
-// not reached the server yet, so it is retried with a growing back-off; a
+// not reached the server yet, so it is retried with a back-off that grows
+// from 1ms to unblockBackoffMax (a call that reaches its server late is
+// ended at most that long after it does); a
 // batch may also hold several blocking commands in turn. The connection is
 // not closed while UNBLOCK works: a call that is not blocked may have its
 // reply on the way, and closing would lose it.
@@ -414,6 +416,11 @@ func (a *admission) interrupt(ctx context.Context, d *dedicated, finished <-chan
 			d.sever()
 			return
 		}
-		wait = min(2*wait, 100*time.Millisecond)
+		wait = min(2*wait, unblockBackoffMax)
 	}
 }
+
+// unblockBackoffMax bounds the wait between two CLIENT UNBLOCKs of one
+// cancelled call: at most unblockGrace/unblockBackoffMax (50) of them for a
+// call that never blocks.
+const unblockBackoffMax = 20 * time.Millisecond
