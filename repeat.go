@@ -66,11 +66,7 @@ func (n *node) outcomeUnknown(cmd redis.Cmder, cause error) error {
 // its redirect loop (an ASK's ASKING and command) or its transaction loop,
 // which end on a connection's failure.
 func clusterResends(cmds []redis.Cmder) bool {
-	if len(cmds) == 0 {
-		return true
-	}
-	name := cmds[0].Name()
-	return !strings.EqualFold(name, "asking") && !strings.EqualFold(name, "multi")
+	return len(cmds) == 0 || !(strings.EqualFold(cmds[0].Name(), "asking") || isTxBatch(cmds))
 }
 
 // resendable reports whether the reset retry may send a batch again: it
