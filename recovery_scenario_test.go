@@ -169,9 +169,11 @@ func restartRuns(t *testing.T, srv *redistest.Server, fresh bool) {
 	keys := []string{"bimodal:a", "bimodal:b", "bimodal:c", "bimodal:d"}
 	var stock *redis.Client
 	var guard *Client
+	var events *eventLog
 	clients := func() {
 		stock = redis.NewClient(&redis.Options{Addr: srv.Addr})
-		guard = newTestClient(t, Config{Addrs: []string{srv.Addr}})
+		events = &eventLog{}
+		guard = newTestClient(t, Config{Addrs: []string{srv.Addr}, OnEvent: events.onEvent})
 	}
 	clients()
 	rows := [][]string{}
@@ -203,6 +205,25 @@ func restartRuns(t *testing.T, srv *redistest.Server, fresh bool) {
 		require.GreaterOrEqual(t, gr, time.Duration(0), "run %d: go-redis never wrote again", run+1)
 		require.GreaterOrEqual(t, rg, time.Duration(0), "run %d: redisguard never wrote again", run+1)
 		worst = max(worst, rg)
+		if rg > 200*time.Millisecond {
+			// Say why: the breaker's and the probes' events, and the last
+			// errors before the first write that succeeded.
+			evs, _ := events.all()
+			for _, e := range evs {
+				if e.Time.After(killed) {
+					t.Logf("run %d: %s after the kill: %s %s %v %s", run+1, fmtDur(e.Time.Sub(killed)), e.Kind, e.Decision, e.Duration, e.Err)
+				}
+			}
+			kinds := map[string]int{}
+			gw.mu.Lock()
+			for _, e := range gw.errs {
+				if e.at.After(back) && e.at.Before(back.Add(rg)) {
+					kinds[e.err.Error()]++
+				}
+			}
+			gw.mu.Unlock()
+			t.Logf("run %d: errors between accepting and the first write: %v", run+1, kinds)
+		}
 		assert.LessOrEqual(t, rg, pick(200*time.Millisecond, 700*time.Millisecond), "run %d: redisguard came back too late", run+1)
 		assert.LessOrEqual(t, rg, gr+pick(50*time.Millisecond, 300*time.Millisecond), "run %d: redisguard came back later than go-redis alone", run+1)
 	}
