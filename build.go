@@ -123,9 +123,12 @@ type frontHooks struct {
 // hookable is what every go-redis client newGoRedis builds can do; the
 // caller knows the concrete type its kind builds.
 type hookable interface {
-	AddHook(redis.Hook)
+	hooked
 	Close() error
 }
+
+// hooked is what a chain is installed on: a client, or a Watch's Tx.
+type hooked interface{ AddHook(redis.Hook) }
 
 // newGoRedis builds the go-redis client s describes and installs its hooks:
 // every go-redis client a Client runs comes from here, so the option
@@ -370,6 +373,12 @@ func (s clientSpec) watchClient(cl *redis.Client, parts chainHooks, pending bool
 	parts.role = RoleWatch
 	chainOf(clientWatch, s.k.cfg.Mode, levelClient, pending).install(w, parts)
 	*s.watch = w
+}
+
+// txHooks installs the hooks of a Cluster Watch's Tx, which go-redis
+// builds from the node client the transaction runs on.
+func txHooks(tx *redis.Tx) {
+	chainOf(clientWatch, ModeCluster, levelTx, false).install(tx, chainHooks{})
 }
 
 // longClient returns what builds the long client (admission.go) and says

@@ -62,6 +62,9 @@ const (
 	// layerQuiet keeps a one-off client's failed dials out of go-redis's
 	// log (quietDial).
 	layerQuiet
+	// layerTxGuard refuses the long commands sent on a Cluster Watch's Tx
+	// (watchGuard), which runs on a node client below the facade.
+	layerTxGuard
 	// layerExtensions are the hooks Instrument's functions add, which
 	// go-redis appends innermost (on a cluster client's node clients too).
 	// A client gets the functions registered when it is built; the
@@ -90,6 +93,7 @@ var layerNames = [...]string{
 	layerBudget:             "subscription budget",
 	layerSocket:             "socket",
 	layerQuiet:              "quiet dial",
+	layerTxGuard:            "tx guard",
 	layerExtensions:         "extensions",
 }
 
@@ -102,6 +106,7 @@ type chainLevel uint8
 const (
 	levelClient chainLevel = iota // the client itself; a cluster client's own hooks
 	levelNode                     // each node client of a cluster client
+	levelTx                       // each Tx a Watch runs on (Client.Watch adds it)
 )
 
 // chain is the hook order of one client kind in one mode, outermost first.
@@ -140,6 +145,9 @@ var hookOrder = []chain{
 	{kind: clientWatch, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUserTx, layerExtensions}},
 	{kind: clientWatch, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacadeTx, layerExtensions}},
 	{kind: clientWatch, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerGuardFacadeTx, layerExtensions}},
+	// A Cluster Tx runs on a node client, whose chain it clones, and gets
+	// this layer innermost (go-redis appends a Tx's own hooks).
+	{kind: clientWatch, mode: ModeCluster, level: levelTx, layers: []layer{layerTxGuard}},
 
 	{kind: clientLong, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuard, layerExtensions}},
 	{kind: clientLong, mode: ModeSentinel, layers: []layer{layerUserDials, layerSentinel, layerGuard, layerExtensions}},
@@ -188,7 +196,7 @@ type chainHooks struct {
 }
 
 // install adds ch's hooks to cl, outermost first.
-func (ch chain) install(cl hookable, p chainHooks) {
+func (ch chain) install(cl hooked, p chainHooks) {
 	for _, l := range ch.layers {
 		switch l {
 		case layerUser:
@@ -245,6 +253,8 @@ func (ch chain) install(cl hookable, p chainHooks) {
 			cl.AddHook(p.socket)
 		case layerQuiet:
 			cl.AddHook(p.quiet)
+		case layerTxGuard:
+			cl.AddHook(watchGuard{})
 		case layerExtensions:
 			p.ext.apply(cl.(redis.UniversalClient), p.role)
 		}
@@ -263,6 +273,8 @@ func hookOrderText() string {
 		switch {
 		case ch.level == levelNode:
 			where = " (node clients)"
+		case ch.level == levelTx:
+			where = " (each Tx)"
 		case ch.mode == ModeCluster:
 			where = " (cluster client)"
 		case ch.pending:

@@ -54,5 +54,6 @@ func TestHookOrderIsOneTable(t *testing.T) {
 		assert.NotPanics(t, func() { chainOf(clientWatch, mode, levelClient, false) }, "watch in %s mode", mode)
 	}
 	assert.Panics(t, func() { chainOf(clientWatch, ModeCluster, levelClient, false) }, "a cluster Tx runs on a node client")
+	assert.NotPanics(t, func() { chainOf(clientWatch, ModeCluster, levelTx, false) }, "a cluster Tx's own layer")
 	assert.Panics(t, func() { chainOf(clientSharded, ModeStandalone, levelClient, false) }, "sharded clients are Cluster mode's")
 }

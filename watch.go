@@ -17,8 +17,8 @@ import (
 // and without running fn, and that is reported as an error here.
 //
 // Where the Tx runs decides how its blocking commands are refused: in
-// Cluster mode on a node client, below facadeHook, with watchGuard added to
-// it; in Standalone and Sentinel mode on the Watch client (watchClient),
+// Cluster mode on a node client, below facadeHook, with the Tx chain of
+// the hook table (watchGuard) added to it; in Standalone and Sentinel mode on the Watch client (watchClient),
 // whose guard runs facadeHook's step marked as a Tx's. Neither asks
 // anything of the goroutine but what the hooks are handed.
 func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
@@ -36,7 +36,7 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	err := watch(ctx, func(tx *redis.Tx) error {
 		ran = true
 		if c.watch == nil {
-			tx.AddHook(watchGuard{})
+			txHooks(tx)
 			return sealTx(fn(tx))
 		}
 		return fn(tx)
