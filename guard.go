@@ -35,8 +35,7 @@ type nodeGuard struct {
 	// pipeline steps: one frame less again.
 	user *userHooks
 	// long, set on the long client's guards and those of dedicated
-	// connections, in every mode, says that everything they admit waits by
-	// design: it is
+	// connections, says that everything they admit waits by design: it is
 	// counted apart from the ordinary work the hang watch judges, and their
 	// connections are not cut when the breaker opens (a blocking call ends
 	// through admission's CLIENT UNBLOCK, never by a cut).
@@ -138,14 +137,15 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // user's hooks, if there are any, which end in step(false).
 //
 // The common command (plain by its name, answered, on a closed breaker,
-// untimed) takes the first path: one small frame between the caller and
-// go-redis, where the facade has nothing to do (a plain command is no long
-// one, and an answered one needs no translation), since at hundreds of callers every stack line a command writes
-// is likely a cache miss, and few calls, each of which costs more than its
-// instructions there (docs/performance.md, "What costs what"): one look at
-// the command (plainCommand), and the breaker's report decided with one
-// read (Breaker.Succeeded). The command timed for
-// slow-node marking, one in 64, runs in timed, one frame further down;
+// untimed) takes the first path, where the facade's step has nothing to do
+// (a plain command is no long one, and an answered one needs no
+// translation): one small frame between the caller and go-redis, since at
+// hundreds of callers every stack line a command writes is likely a cache
+// miss, and few calls, each of which costs more than its instructions there
+// (docs/performance.md, "What costs what"): one look at the command
+// (plainCommand), and the breaker's report decided with one read
+// (Breaker.Succeeded). The command timed for slow-node marking, one in 64,
+// runs in timed, one frame further down;
 // everything else takes unusual, and the rare outcomes run in functions of
 // their own, with few arguments. Not inlined: the closure inlined into
 // ProcessHook gets a larger frame.
