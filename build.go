@@ -374,9 +374,11 @@ func longClient(k *core, nodes *nodeSet, hooks *clientHooks) func() (redis.Unive
 	return func() (redis.UniversalClient, func(addr string) nodeGuard) {
 		spec := clientSpec{kind: clientLong, k: k, nodes: nodes, poolSize: 2*k.cfg.MaxLongConnections + 1, hooks: hooks}
 		guard := func(addr string) nodeGuard {
-			g := nodes.guard(addr)
+			var g nodeGuard
 			if hooks.sentinel != nil {
-				g = nodes.masterGuard(hooks.sentinel)
+				g = nodes.masterGuard(hooks.sentinel) // addr is go-redis's name for the failover client
+			} else {
+				g = nodes.guard(addr)
 			}
 			g.long = true
 			return g
