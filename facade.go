@@ -117,9 +117,18 @@ func (f *facade) answered(ctx context.Context, cmd redis.Cmder, next redis.Proce
 //
 //go:noinline
 func (f *facade) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
-	if notServing(err) && !cmd.NoRetry() {
+	if ridesOut(cmd, err) {
 		err = f.ride.process(ctx, err, func(ctx context.Context) error { return next(ctx, cmd) })
 	}
+	return f.settled(ctx, cmd, err)
+}
+
+// ridesOut reports whether failedCmd sends cmd, which failed with err,
+// again: a caller that builds next only for that asks first.
+func ridesOut(cmd redis.Cmder, err error) bool { return notServing(err) && !cmd.NoRetry() }
+
+// settled is failedCmd once nothing is left to ride out: err, translated.
+func (f *facade) settled(ctx context.Context, cmd redis.Cmder, err error) error {
 	f.nodes.sent.forget(cmd) // go-redis's attempts have ended
 	if f.topo != nil {
 		return f.leftover(ctx, cmd, f.translate(ctx, err))
@@ -178,10 +187,20 @@ func (f *facade) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.P
 //
 //go:noinline
 func (f *facade) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
-	refusalsShow := f.topo != nil || err == redis.Nil || isRedisReply(err)
-	if refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+	if f.batchRidesOut(cmds, err) {
 		err = f.ride.batch(ctx, cmds, next, err)
 	}
+	return f.settledBatch(ctx, cmds, err)
+}
+
+// batchRidesOut is ridesOut for a batch that failed with err.
+func (f *facade) batchRidesOut(cmds []redis.Cmder, err error) bool {
+	refusalsShow := f.topo != nil || err == redis.Nil || isRedisReply(err)
+	return refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds)
+}
+
+// settledBatch is failedBatch once nothing is left to ride out.
+func (f *facade) settledBatch(ctx context.Context, cmds []redis.Cmder, err error) error {
 	f.nodes.sent.forget(cmds...) // the caller's operation ends here
 	if f.topo == nil {
 		if batchAnswered(err) {

@@ -252,7 +252,7 @@ type guardChain struct {
 	// for the first command that meets a user hook.
 	users atomic.Pointer[wrapped[redis.ProcessHook]]
 	// bare, with g.facade, is the guard's step alone (alone), built for
-	// the first command the facade's step sees fail.
+	// the first command the facade's step rides out.
 	bare atomic.Pointer[redis.ProcessHook]
 }
 
@@ -279,10 +279,14 @@ func (ch *guardChain) unusual(ctx context.Context, cmd redis.Cmder, n *node) err
 // err, what the guard returned, in the facade's terms, a refusal ridden out
 // through the guard again (alone), each attempt admitted afresh.
 func (ch *guardChain) answered(ctx context.Context, cmd redis.Cmder, err error) error {
-	if ch.g.facade == nil || err == nil || err == redis.Nil {
+	f := ch.g.facade
+	switch {
+	case f == nil || err == nil || err == redis.Nil:
 		return err // the facade passes both as they are
+	case ridesOut(cmd, err):
+		return f.failedCmd(ctx, cmd, ch.alone(), err)
 	}
-	return ch.g.facade.failedCmd(ctx, cmd, ch.alone(), err)
+	return f.settled(ctx, cmd, err)
 }
 
 // alone returns the guard's step without the facade's or the user's hooks:
@@ -492,10 +496,14 @@ type batchChain struct {
 // as for guardChain: a single node's nil and redis.Nil pass as they are
 // (facade.batchDone).
 func (bc *batchChain) answered(ctx context.Context, cmds []redis.Cmder, err error) error {
-	if bc.g.facade == nil || err == nil || err == redis.Nil {
+	f := bc.g.facade
+	switch {
+	case f == nil || err == nil || err == redis.Nil:
 		return err
+	case f.batchRidesOut(cmds, err):
+		return f.failedBatch(ctx, cmds, bc.alone(), err)
 	}
-	return bc.g.facade.failedBatch(ctx, cmds, bc.alone(), err)
+	return f.settledBatch(ctx, cmds, err)
 }
 
 // alone returns the guard's pipeline step without the facade's or the
