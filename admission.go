@@ -216,8 +216,12 @@ func (a *admission) close() error {
 	return err
 }
 
-// process runs a blocking or holding command that facadeHook handed over;
-// inWatch marks a command sent on the Tx of a Watch transaction.
+// process runs a blocking or holding command that the facade's step handed
+// over before any guard admitted it; inWatch marks a command sent on the Tx
+// of a Watch transaction. The guards of the long client and of the dedicated
+// connections admit and score it (longClient); what they return has been
+// typed for its node, and a failed set-up scored, so the set-up mark that
+// admission puts on a dedicated connection's failed set-up goes no further.
 func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass, inWatch bool) error {
 	switch {
 	case class == classHolding:
@@ -232,9 +236,9 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	defer a.release()
 	cc, cluster := long.(*redis.ClusterClient)
 	if !cluster {
-		return a.onDedicated(ctx, long.(*redis.Client), "", []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
+		return withoutSetup(a.onDedicated(ctx, long.(*redis.Client), "", []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 			return conn.Process(ctx, cmd)
-		})
+		}))
 	}
 	key, ok := blockingKey(cmd.Args())
 	if !ok {
@@ -255,8 +259,6 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 		cmd.SetErr(nil)
 		return cc.Process(ctx, cmd)
 	}
-	// The node's guard on the dedicated connection has scored a failed
-	// set-up; no guard sits outside the facade in Cluster mode.
 	return withoutSetup(err)
 }
 
@@ -345,9 +347,9 @@ func (a *admission) batch(ctx context.Context, cmds []redis.Cmder, inWatch bool)
 		}
 		return err
 	}
-	return a.onDedicated(ctx, long.(*redis.Client), "", cmds, func(ctx context.Context, conn *redis.Conn) error {
+	return withoutSetup(a.onDedicated(ctx, long.(*redis.Client), "", cmds, func(ctx context.Context, conn *redis.Conn) error {
 		return exec(ctx, conn.Pipeline())
-	})
+	}))
 }
 
 // errRepliesOverdue is a Cluster blocking batch's error when a node has not

@@ -160,6 +160,48 @@ func TestAdmissionSentinel(t *testing.T) {
 	assert.Equal(t, []string{"sentinel:list", "x"}, c.BLPop(ctx, time.Second, "sentinel:list").Val())
 }
 
+// A blocking call is admitted and scored by the guard of its dedicated
+// connection, on the node the ordinary commands use: in Sentinel mode the
+// master's address, which that guard follows as the ordinary client's does.
+// No node stands for go-redis's name of the failover client.
+func TestBlockingCallIsChargedToTheMastersNode(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	c := newTestClient(t, Config{Addrs: g.Addrs(), MasterName: g.MasterName})
+	ctx := testCtx(t, 30*time.Second)
+	require.NoError(t, c.Ping(ctx).Err())
+	master, ok := c.nodes.lookup(g.Master.Addr)
+	require.True(t, ok, "no node for the master's address")
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.BLPop(cctx, 0, "charged:list").Err() }()
+	waitBlocked(t, g.Master, 1)
+	assert.Equal(t, int64(1), master.long.Load(), "the blocking call is not counted on the master's node")
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	waitBlocked(t, g.Master, 0)
+	for _, n := range c.Stats().Nodes {
+		assert.NotEqual(t, c.adm.long.(*redis.Client).Options().Addr, n.Addr, "a node for the failover client's name")
+	}
+}
+
+// In Standalone mode too the long count is the one node's.
+func TestBlockingCallIsChargedToTheNode(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := newTestClient(t, Config{Addrs: []string{srv.Addr}})
+	ctx := testCtx(t, 30*time.Second)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.BLPop(cctx, 0, "charged:list").Err() }()
+	waitBlocked(t, srv, 1)
+	n, ok := c.nodes.lookup(srv.Addr)
+	require.True(t, ok)
+	assert.Equal(t, int64(1), n.long.Load(), "the blocking call is not counted on the node")
+	assert.Len(t, c.nodes.all(), 1, "the long client's guards have nodes of their own")
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+}
+
 // A transaction uses ordinary capacity even with BLPOP inside, so it runs
 // while the whole long budget is held elsewhere.
 func TestLongBudgetTransactionIsOrdinary(t *testing.T) {

@@ -264,8 +264,8 @@ func BenchmarkHookPath(b *testing.B) {
 	c, err := NewClient(Config{Mode: ModeStandalone, Addrs: []string{"127.0.0.1:1"}})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close() })
-	// The guard as the ordinary Standalone client carries it: the facade's
-	// step inside, the user's hooks (none) outside.
+	// The guard as the ordinary Standalone client carries it: the user's
+	// hooks (none), then the facade's step, then the guard's.
 	guard := c.nodes.guard("127.0.0.1:1")
 	guard.facade, guard.user = c.fac, c.hooks.user
 	ctx := context.Background()

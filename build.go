@@ -58,10 +58,6 @@ type clientSpec struct {
 	nodes    *nodeSet     // whose guards the client, or each node client, carries
 	poolSize int          // connections per node
 	hooks    *clientHooks // the Client's own hooks; dedicated clients too
-	// scoring, set on the long client in Standalone and Sentinel mode, is
-	// the ordinary client's node set, whose guards score the long calls:
-	// its nodes hear the long connections' maintenance notifications.
-	scoring *nodeSet
 	// The ordinary client's own hooks, and where newGoRedis stores the
 	// client Watch runs on in Standalone and Sentinel mode (watchClient).
 	front frontHooks
@@ -257,14 +253,8 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 	switch cfg.Mode {
 	case ModeSentinel:
 		cl := redis.NewFailoverClient(uo.Failover())
-		g := s.nodes.guard(sentinelNodeName(cfg.MasterName))
+		g := s.nodes.masterGuard(h.sentinel) // the long client's too
 		g.long = s.kind == clientLong
-		if g.n == h.sentinel.role {
-			// The guard charges each command to the master's current
-			// address. The long client's guard is nested and keeps its
-			// one node.
-			g.follow = h.sentinel
-		}
 		parts.guard = g
 		if ordinary {
 			s.watchClient(cl, parts, false)
@@ -347,11 +337,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			s.watchClient(cl, parts, pending)
 		}
 		chainOf(s.kind, ModeStandalone, levelClient, pending).install(cl, parts)
-		mn := g.n
-		if s.scoring != nil {
-			mn = s.scoring.get(mn.addr)
-		}
-		watchMaintenance(cl, mn, s.k.clock, h.movedAt(""))
+		watchMaintenance(cl, g.n, s.k.clock, h.movedAt(""))
 		return cl
 	}
 }
@@ -386,21 +372,23 @@ func txHooks(tx *redis.Tx) {
 // bind: a node needs at most MaxLongConnections pooled connections for
 // Cluster batches and redirects, as many for the CLIENT UNBLOCKs of calls
 // cancelled at once, and one more; the permits are the budget.
+//
+// In every mode the facade hands a long call to the long budget before any
+// guard admits it, so the guards of the long client and of its dedicated
+// connections are the ones that admit and score it: guards of the one node
+// set, marked long. In Sentinel mode a dedicated connection dials the
+// master through the sentinels, and its guard follows the master's
+// address, as the long client's does.
 func longClient(k *core, nodes *nodeSet, hooks *clientHooks) func() (redis.UniversalClient, func(addr string) nodeGuard) {
 	return func() (redis.UniversalClient, func(addr string) nodeGuard) {
 		spec := clientSpec{kind: clientLong, k: k, nodes: nodes, poolSize: 2*k.cfg.MaxLongConnections + 1, hooks: hooks}
-		if k.cfg.Mode != ModeCluster {
-			// In Standalone and Sentinel mode the ordinary client's guard,
-			// outside facadeHook, already admits and scores every long
-			// call. The guards of the long client and of its dedicated
-			// connections are nested: they score nothing (a second guard
-			// on the shared breaker would count each call twice) and still
-			// mark failed connection set-ups (setup.go) for the outer guard.
-			spec.nodes = newNestedNodeSet(k)
-			spec.scoring = nodes
-		}
 		guard := func(addr string) nodeGuard {
-			g := spec.nodes.guard(addr)
+			var g nodeGuard
+			if hooks.sentinel != nil {
+				g = nodes.masterGuard(hooks.sentinel) // addr is go-redis's name for the failover client
+			} else {
+				g = nodes.guard(addr)
+			}
 			g.long = true
 			return g
 		}

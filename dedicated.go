@@ -51,33 +51,36 @@ type shell struct {
 }
 
 // onDedicated runs do, which sends cmds, on a dedicated connection to node,
-// and once more on a fresh one if an idle connection turns out to have died
-// meanwhile (a server idle timeout, CLIENT KILL), as go-redis would retry a
-// pooled one: provided that cmds may be sent again, or cannot have run (see
-// resendable and mayHaveRun), as the node guard's reset retry decides.
+// and once more on a fresh one if the connection was reset under the call
+// (an idle one that died meanwhile, a server idle timeout, CLIENT KILL, a
+// move that cut it off), as the node guard's reset retry decides for an
+// ordinary command: provided that cmds may be sent again, or cannot have run
+// (see resendable and mayHaveRun). The guard on the dedicated connection
+// cannot send it again itself: the connection is gone.
 func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key string, cmds []redis.Cmder,
 	do func(context.Context, *redis.Conn) error) error {
 	moves := 0
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		d, reused, err := a.take(ctx, node, key)
+	resent := false
+	for {
+		d, _, err := a.take(ctx, node, key)
 		if err != nil {
 			return err
 		}
 		cancelled, moved, err := a.run(ctx, d, cmds, do)
-		if moved {
+		switch {
+		case moved:
 			// Moved, not cancelled: the caller still waits (see
 			// dedicated_moving.go).
 			a.discard(d)
 			again, result := movedCall(cmds[0], err, moves)
-			if !again {
-				return result
+			if again {
+				moves++
+				shortenWait(cmds[0].Args(), time.Since(start))
+				continue
 			}
-			moves++
-			shortenWait(cmds[0].Args(), time.Since(start))
-			continue
-		}
-		if cancelled {
+			err = result
+		case cancelled:
 			// CLIENT UNBLOCK was sent for this call, or its socket was
 			// closed (see run). -UNBLOCKED does not prove the connection
 			// clean: a command the server had postponed (a write pause)
@@ -85,11 +88,11 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 			// ends, with a second reply. Closed, the connection is gone for
 			// the server too, and so is the postponed command.
 			a.discard(d)
-		} else {
+		default:
 			a.put(d, reusable(err)) // d may serve another call from here on
 		}
-		if !cancelled && reused && attempt == 0 && isConnReset(err) && !errors.Is(err, ErrClosed) &&
-			(resendable(cmds) || !mayHaveRun(ctx, err)) {
+		if !cancelled && !resent && resetResendable(ctx, cmds, err) {
+			resent = true
 			continue
 		}
 		if !cancelled {
@@ -103,6 +106,20 @@ func (a *admission) onDedicated(ctx context.Context, node *redis.Client, key str
 		}
 		return ctx.Err()
 	}
+}
+
+// resetResendable reports whether cmds, which failed with err on a dedicated
+// connection, are sent again on a fresh one: the connection was reset, and
+// they may be repeated or cannot have run. err is what the connection's
+// guard returned, typed for its node (callerError): the rule reads the
+// network's error under it.
+func resetResendable(ctx context.Context, cmds []redis.Cmder, err error) bool {
+	cause := unseal(err)
+	if ne, ok := cause.(*NodeError); ok && ne.cause != nil {
+		cause = ne.cause
+	}
+	return isConnReset(cause) && !errors.Is(err, ErrClosed) && contextDone(ctx) == nil &&
+		(resendable(cmds) || !mayHaveRun(ctx, cause))
 }
 
 // take returns an idle dedicated connection to the node, or opens one;

@@ -22,12 +22,15 @@ type facade struct {
 	topo  *topology  // Cluster mode; nil otherwise
 }
 
-// facadeHook is the client-level hook: it refuses work after Close, sends long
-// commands to the long budget and translates go-redis's errors into
-// redisguard's. Per-node concerns (breakers) live in nodeGuard. In Cluster
-// mode nodeGuard sits on each node client, below this hook; in Standalone and
-// Sentinel mode both are on the one client and nodeGuard wraps this hook
-// (see newGoRedis; admission.go relies on that order).
+// facadeHook is the facade's step as a hook of its own: it refuses work
+// after Close, sends long commands to the long budget and translates
+// go-redis's errors into redisguard's. Per-node concerns (breakers) live in
+// nodeGuard, which runs inside it in every mode: in Cluster mode on each node
+// client, below this hook on the cluster client; in Standalone and Sentinel
+// mode on the one client, where the guard runs the facade's step before its
+// own in one frame (nodeGuard.facade). So a long command reaches the long
+// budget before any guard admits it, and the long client's guards admit and
+// score it (admission.go).
 type facadeHook struct{ f *facade }
 
 func (h facadeHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -51,18 +54,29 @@ func (h facadeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// process is the facade's step for cmd, before next: it refuses cmd after
-// Close, hands a long command to the long budget and translates errors.
-// onTx says that cmd is sent on a Watch transaction's Tx (nodeGuard.tx).
+// process is the facade's step for cmd, around next: it refuses cmd after
+// Close, hands a long command to the long budget (before), and translates
+// what next answered (answered). onTx says that cmd is sent on a Watch
+// transaction's Tx (nodeGuard.tx).
 func (f *facade) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, onTx bool) error {
+	if done, err := f.before(ctx, cmd, onTx); done {
+		return err
+	}
+	return f.answered(ctx, cmd, next, next(ctx, cmd))
+}
+
+// before is the facade's step before next: done says cmd ended here, with
+// err: refused after Close, or a long command run on the long budget, whose
+// own guards admit it; an ordinary command goes on.
+func (f *facade) before(ctx context.Context, cmd redis.Cmder, onTx bool) (done bool, err error) {
 	if f.k.closed.Load() {
-		return ErrClosed
+		return true, ErrClosed
 	}
 	// One classification per command; ordinary ones go straight on.
 	if class := classifyCmd(cmd); class != classOrdinary {
-		return f.translate(ctx, f.long(ctx, cmd, class, onTx))
+		return true, f.translate(ctx, f.long(ctx, cmd, class, onTx))
 	}
-	return f.answered(ctx, cmd, next, next(ctx, cmd))
+	return false, nil
 }
 
 // long runs cmd, a blocking or holding command, on the long budget. A
@@ -103,9 +117,18 @@ func (f *facade) answered(ctx context.Context, cmd redis.Cmder, next redis.Proce
 //
 //go:noinline
 func (f *facade) failedCmd(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook, err error) error {
-	if notServing(err) && !cmd.NoRetry() {
+	if ridesOut(cmd, err) {
 		err = f.ride.process(ctx, err, func(ctx context.Context) error { return next(ctx, cmd) })
 	}
+	return f.settled(ctx, cmd, err)
+}
+
+// ridesOut reports whether failedCmd sends cmd, which failed with err,
+// again: a caller that builds next only for that asks first.
+func ridesOut(cmd redis.Cmder, err error) bool { return notServing(err) && !cmd.NoRetry() }
+
+// settled is failedCmd once nothing is left to ride out: err, translated.
+func (f *facade) settled(ctx context.Context, cmd redis.Cmder, err error) error {
 	f.nodes.sent.forget(cmd) // go-redis's attempts have ended
 	if f.topo != nil {
 		return f.leftover(ctx, cmd, f.translate(ctx, err))
@@ -122,10 +145,19 @@ func (h facadeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // blocks, and a failed one run in functions of their own (see
 // nodeGuard.ProcessHook).
 func (f *facade) processBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, onTx bool) error {
-	if f.k.closed.Load() || batchIsBlocking(cmds) {
-		return f.unusualBatch(ctx, cmds, onTx)
+	if done, err := f.beforeBatch(ctx, cmds, onTx); done {
+		return err
 	}
 	return f.batchDone(ctx, cmds, next, next(ctx, cmds))
+}
+
+// beforeBatch is before for a batch: one after Close, or one that blocks,
+// ends here (unusualBatch).
+func (f *facade) beforeBatch(ctx context.Context, cmds []redis.Cmder, onTx bool) (done bool, err error) {
+	if f.k.closed.Load() || batchIsBlocking(cmds) {
+		return true, f.unusualBatch(ctx, cmds, onTx)
+	}
+	return false, nil
 }
 
 // batchDone returns err, what next answered a batch of ordinary commands,
@@ -155,10 +187,20 @@ func (f *facade) batchDone(ctx context.Context, cmds []redis.Cmder, next redis.P
 //
 //go:noinline
 func (f *facade) failedBatch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
-	refusalsShow := f.topo != nil || err == redis.Nil || isRedisReply(err)
-	if refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds) {
+	if f.batchRidesOut(cmds, err) {
 		err = f.ride.batch(ctx, cmds, next, err)
 	}
+	return f.settledBatch(ctx, cmds, err)
+}
+
+// batchRidesOut is ridesOut for a batch that failed with err.
+func (f *facade) batchRidesOut(cmds []redis.Cmder, err error) bool {
+	refusalsShow := f.topo != nil || err == redis.Nil || isRedisReply(err)
+	return refusalsShow && firstRefusal(cmds) != nil && !cmdsContainNoRetry(cmds)
+}
+
+// settledBatch is failedBatch once nothing is left to ride out.
+func (f *facade) settledBatch(ctx context.Context, cmds []redis.Cmder, err error) error {
 	f.nodes.sent.forget(cmds...) // the caller's operation ends here
 	if f.topo == nil {
 		if batchAnswered(err) {
@@ -261,14 +303,12 @@ func translateBatch(ctx context.Context, cmds []redis.Cmder, err error, translat
 }
 
 // translate is the caller's half of the error translation, the node
-// guard's callerError the node's: a sealed error is opened, the caller's
-// own context and a closed client take precedence, and Redis replies
-// (including redis.Nil) pass through untouched: they are answers. What
-// names a node (a transport failure, a pool timeout) the guard typed
-// before go-redis saw it. Each half returns what the other returns
-// unchanged, so that the order a mode puts them in (the facade inside the
-// guard in Standalone and Sentinel mode, outside in Cluster mode) changes
-// nothing (TestErrorTranslationInEitherOrder).
+// guard's callerError the node's, which runs first, in every mode: a sealed
+// error is opened, the caller's own context and a closed client take
+// precedence, and Redis replies (including redis.Nil) pass through
+// untouched: they are answers. What names a node (a transport failure, a
+// pool timeout) the guard typed before go-redis's loops, and this step,
+// saw it (TestErrorTranslationGuardThenFacade).
 func (f *facade) translate(ctx context.Context, err error) error {
 	if err == nil || err == redis.Nil {
 		return err

@@ -8,28 +8,29 @@ import (
 	"os"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisguard/redisguard/internal/clock"
 )
 
-// The two halves of the error translation, the node guard's (callerError)
-// and the facade's (translate), meet in either order: the facade inside the
-// guard in Standalone and Sentinel mode, outside it in Cluster mode. Every
-// error a command can fail with ends the same in both.
-func TestErrorTranslationInEitherOrder(t *testing.T) {
-	cfg, err := Config{Addrs: []string{"127.0.0.1:7000"}}.resolve()
-	require.NoError(t, err)
-	k := newCore(cfg, clock.NewFake(time.Unix(1000, 0)))
-	f := &facade{k: k}
-	const addr = "127.0.0.1:7000"
-	n := &node{addr: addr, unavailable: &NodeError{Addr: addr, Err: ErrNodeUnavailable},
-		exhausted: &NodeError{Addr: addr, Err: ErrPoolExhausted}}
-	// guard is the node guard's ending of a failed command.
+// The error translation has one order in every mode: the node guard types
+// a failure for its node (callerError), then the facade translates it for
+// the caller (translate). Every error a command can fail with ends as a
+// documented one: the caller's context error, unchanged; a reply from
+// Redis, redis.Nil included; ErrClosed; or a *NodeError naming the node that
+// wraps ErrNodeUnavailable, ErrNodeFailed, ErrOutcomeUnknown or
+// ErrPoolExhausted. An error none of go-redis's, the network's or
+// redisguard's (what a user's hook or Dialer returned) passes as it is. The
+// frame that runs both steps in Standalone and Sentinel mode
+// (facade+guard) ends each error as the two steps in that order do.
+func TestErrorTranslationGuardThenFacade(t *testing.T) {
+	const addr = "127.0.0.1:1" // never dialled
+	// Breakers off: each error reaches the guard's ending, none a refusal.
+	c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{addr}, NodeFailureThreshold: -1})
+	k, f, n := c.core, c.fac, c.nodes.get(addr)
+	// guard is the node guard's ending of a failed command (failed), but
+	// for the reset retry, which sends the command again.
 	guard := func(ctx context.Context, cmd redis.Cmder, err error) error {
 		if err == nil || isRedisReply(err) {
 			return err
@@ -41,6 +42,7 @@ func TestErrorTranslationInEitherOrder(t *testing.T) {
 	live := context.Background()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
+	boom := errors.New("boom")
 	raw := map[string]error{
 		"a read timeout":          &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded},
 		"a reset":                 io.EOF,
@@ -53,38 +55,76 @@ func TestErrorTranslationInEitherOrder(t *testing.T) {
 		"the breaker's refusal":   n.unavailable,
 		"a bare refusal":          ErrNodeUnavailable,
 		"redisguard's Close":      ErrClosed,
-		"something else entirely": errors.New("boom"),
+		"something else entirely": boom,
 	}
-	check := func(state string, ctx context.Context) {
+	documented := func(ctx context.Context, raw, err error) bool {
+		if ne := (*NodeError)(nil); errors.As(err, &ne) {
+			for _, sentinel := range []error{ErrNodeUnavailable, ErrNodeFailed, ErrOutcomeUnknown, ErrPoolExhausted} {
+				if errors.Is(err, sentinel) {
+					return ne.Addr == addr
+				}
+			}
+			return false
+		}
+		switch {
+		case err == redis.Nil || isRedisReply(err) || err == ErrClosed:
+			return true
+		case err == context.Canceled || err == context.DeadlineExceeded:
+			return err == ctx.Err() // the caller's own, unchanged
+		}
+		return err == boom && raw == boom
+	}
+	check := func(state string, ctx context.Context, frame bool) {
 		for _, cmd := range []redis.Cmder{redis.NewIntCmd(live, "incr", "n"), redis.NewStringCmd(live, "get", "k")} {
 			for name, e := range raw {
-				clusterOrder := f.translate(ctx, guard(ctx, cmd, e))
-				standaloneOrder := guard(ctx, cmd, f.translate(ctx, e))
 				what := state + ", " + cmd.Name() + ", " + name
-				require.Equal(t, clusterOrder == nil, standaloneOrder == nil, what)
-				if clusterOrder == nil {
+				err := f.translate(ctx, guard(ctx, cmd, e))
+				require.Error(t, err, what)
+				assert.True(t, documented(ctx, e, err), "%s: %v", what, err)
+				assert.False(t, isSetupFailure(err), "%s: a set-up mark reached the caller", what)
+				if isRedisReply(e) || e == redis.Nil {
+					assert.Equal(t, e, err, "%s: an answer passes as it is", what)
+				}
+				if !frame {
 					continue
 				}
-				assert.Equal(t, clusterOrder.Error(), standaloneOrder.Error(), what)
+				g := c.nodes.guard(addr)
+				g.facade = f
+				process := g.ProcessHook(func(context.Context, redis.Cmder) error { return e })
+				got := process(ctx, cmd)
+				require.Error(t, got, what)
+				assert.Equal(t, err.Error(), got.Error(), "%s: the facade+guard frame", what)
 				for _, sentinel := range []error{ErrNodeUnavailable, ErrNodeFailed, ErrOutcomeUnknown, ErrPoolExhausted, ErrClosed,
 					context.Canceled, context.DeadlineExceeded, redis.Nil} {
-					assert.Equal(t, errors.Is(clusterOrder, sentinel), errors.Is(standaloneOrder, sentinel), "%s: errors.Is %v", what, sentinel)
+					assert.Equal(t, errors.Is(err, sentinel), errors.Is(got, sentinel), "%s: errors.Is %v", what, sentinel)
 				}
-				var a, b *NodeError
-				assert.Equal(t, errors.As(clusterOrder, &a), errors.As(standaloneOrder, &b), what)
 			}
 		}
 	}
-	check("live", live)
-	check("the caller gone", gone)
+	check("live", live, true)
+	check("the caller gone", gone, true)
 	k.closed.Store(true)
-	check("closed", live)
-
-	// A pool timeout names its node in every mode.
+	// The frame refuses every command of a closed Client before sending it
+	// (TestCloseFailsFast); what one in flight got is translated so.
+	check("closed", live, false)
 	k.closed.Store(false)
-	err = guard(live, redis.NewStringCmd(live, "get", "k"), f.translate(live, redis.ErrPoolTimeout))
+
+	// A pool timeout names its node, a network's failure too.
+	get := redis.NewStringCmd(live, "get", "k")
+	err := f.translate(live, guard(live, get, redis.ErrPoolTimeout))
 	var ne *NodeError
 	require.ErrorAs(t, err, &ne)
 	assert.Equal(t, addr, ne.Addr)
 	assert.ErrorIs(t, err, ErrPoolExhausted)
+	assert.ErrorIs(t, f.translate(live, guard(live, get, io.EOF)), ErrNodeFailed)
+	assert.ErrorIs(t, f.translate(live, guard(live, redis.NewIntCmd(live, "incr", "n"), io.EOF)), ErrOutcomeUnknown)
+	// The caller's context outranks a network's failure, not a decision of
+	// redisguard's.
+	assert.Equal(t, context.Canceled, f.translate(gone, guard(gone, get, io.EOF)))
+	assert.ErrorIs(t, f.translate(gone, guard(gone, get, redis.ErrPoolTimeout)), ErrPoolExhausted)
+	// Close outranks everything but an answer.
+	k.closed.Store(true)
+	assert.Equal(t, ErrClosed, f.translate(live, guard(live, get, io.EOF)))
+	assert.Equal(t, redis.Nil, f.translate(live, guard(live, get, redis.Nil)))
+	k.closed.Store(false)
 }

@@ -24,15 +24,15 @@ type nodeGuard struct {
 	// follow, set on a Sentinel client, names the node per command: the
 	// master's current address.
 	follow *sentinelMaster
-	// facade, set on the ordinary client in Standalone and Sentinel mode,
-	// is the facade whose step (facade.go) runs inside this hook, right
-	// after it, instead of in a hook of its own: one frame
-	// less for every command.
+	// facade, set on the ordinary and Watch clients in Standalone and
+	// Sentinel mode, is the facade whose step (facade.go) this hook runs
+	// before its own, in place of a facadeHook outside it: one frame less
+	// for every command, in the order every mode has (hookOrder).
 	facade *facade
 	// user, set on the ordinary client in Standalone mode, is the Client's
-	// AddHook hooks, which this hook runs outside itself while there are
-	// any, in place of the userLayer's process and pipeline steps: one
-	// frame less again.
+	// AddHook hooks, which this hook runs outside the facade's step and
+	// its own while there are any, in place of the userLayer's process and
+	// pipeline steps: one frame less again.
 	user *userHooks
 	// long, set on the long client's guards and those of dedicated
 	// connections, says that everything they admit waits by design: it is
@@ -76,14 +76,21 @@ func (g *nodeGuard) node() *node {
 // TLS handshakes run inside it, and their timeouts look like any read's.
 //
 // The connections of an ordinary client are tracked (connSet), so that an
-// opening breaker answers every command waiting on one.
+// opening breaker answers every command waiting on one. With facade, the
+// facade's dial step (a closed Client dials nothing) runs first.
 func (g nodeGuard) DialHook(next redis.DialHook) redis.DialHook {
 	if g.subscriptions {
 		return next
 	}
+	dial := g.dial(next)
 	if g.facade != nil {
-		next = facadeHook{g.facade}.DialHook(next)
+		return facadeHook{g.facade}.DialHook(dial)
 	}
+	return dial
+}
+
+// dial is the guard's own dial step, before next.
+func (g nodeGuard) dial(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		n := g.node()
 		if n.br.State() == breaker.Open {
@@ -125,18 +132,21 @@ func (g nodeGuard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return ch.step(g.user != nil)
 }
 
-// step is the guard's process hook. With outer, it first hands the command
-// to the user's hooks, if there are any, which end in step(false).
+// step is the guard's process hook: with facade, the facade's step and then
+// the guard's, in that order. With outer, it first hands the command to the
+// user's hooks, if there are any, which end in step(false).
 //
 // The common command (plain by its name, answered, on a closed breaker,
-// untimed) takes the first path: one small frame between the caller and
-// go-redis, since at hundreds of callers every stack line a command writes
-// is likely a cache miss, and few calls, each of which costs more than its
-// instructions there (docs/performance.md, "What costs what"): one look at
-// the command (plainCommand), and the breaker's report decided with one
-// read (Breaker.Succeeded). The command timed for
-// slow-node marking, one in 64, runs in timed, one frame further down;
-// everything else takes guarded, and the rare outcomes run in functions of
+// untimed) takes the first path, where the facade's step has nothing to do
+// (a plain command is no long one, and an answered one needs no
+// translation): one small frame between the caller and go-redis, since at
+// hundreds of callers every stack line a command writes is likely a cache
+// miss, and few calls, each of which costs more than its instructions there
+// (docs/performance.md, "What costs what"): one look at the command
+// (plainCommand), and the breaker's report decided with one read
+// (Breaker.Succeeded). The command timed for slow-node marking, one in 64,
+// runs in timed, one frame further down;
+// everything else takes unusual, and the rare outcomes run in functions of
 // their own, with few arguments. Not inlined: the closure inlined into
 // ProcessHook gets a larger frame.
 //
@@ -148,14 +158,14 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 		}
 		n := ch.g.node()
 		if ch.g.k.closed.Load() || n.slow.Load() || ch.g.long || !plainCommand(cmd.Args()) {
-			return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
+			return ch.unusual(ctx, cmd, n)
 		}
 		if ch.g.nodes.slow.sample(n) {
 			return ch.timed(ctx, cmd, n)
 		}
 		t, err := n.admit()
 		if err != nil {
-			return ch.g.fastFail(n)
+			return ch.refused(ctx, cmd, n)
 		}
 		if err = ch.next(ctx, cmd); err == nil {
 			n.succeeded(t)
@@ -171,7 +181,7 @@ func (ch *guardChain) step(outer bool) redis.ProcessHook {
 func (ch *guardChain) timed(ctx context.Context, cmd redis.Cmder, n *node) error {
 	t, err := n.admit()
 	if err != nil {
-		return ch.g.fastFail(n)
+		return ch.refused(ctx, cmd, n)
 	}
 	start := ch.g.k.clock.Now()
 	err = ch.next(ctx, cmd)
@@ -241,14 +251,64 @@ type guardChain struct {
 	// users, with g.user, is the user's hooks around step(false), built
 	// for the first command that meets a user hook.
 	users atomic.Pointer[wrapped[redis.ProcessHook]]
+	// bare, with g.facade, is the guard's step alone (alone), built for
+	// the first command the facade's step rides out.
+	bare atomic.Pointer[redis.ProcessHook]
 }
 
-// full runs next behind the facade's step, when this hook runs it.
-func (ch *guardChain) full(ctx context.Context, cmd redis.Cmder) error {
-	if ch.g.facade == nil {
-		return ch.next(ctx, cmd)
+// unusual is step for every command but the common one: the facade's step,
+// when this hook runs it, then the guard's (guarded). A command go-redis
+// sends while it sets up a connection is the guard's alone: nothing of the
+// facade's applies to it (its replies are go-redis's to judge, and a
+// refusal is the caller's command's to ride out), as in Cluster mode, where
+// the facade never sees one.
+//
+//go:noinline
+func (ch *guardChain) unusual(ctx context.Context, cmd redis.Cmder, n *node) error {
+	f := ch.g.facade
+	if f == nil || isHandshake(ctx, cmd) {
+		return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
 	}
-	return ch.g.facade.process(ctx, cmd, ch.next, ch.g.tx)
+	if done, err := f.before(ctx, cmd, ch.g.tx); done {
+		return err
+	}
+	return ch.answered(ctx, cmd, ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n)))
+}
+
+// answered is the facade's step after the guard's, when this hook runs it:
+// err, what the guard returned, in the facade's terms, a refusal ridden out
+// through the guard again (alone), each attempt admitted afresh.
+func (ch *guardChain) answered(ctx context.Context, cmd redis.Cmder, err error) error {
+	f := ch.g.facade
+	switch {
+	case f == nil || err == nil || err == redis.Nil:
+		return err // the facade passes both as they are
+	case ridesOut(cmd, err):
+		return f.failedCmd(ctx, cmd, ch.alone(), err)
+	}
+	return f.settled(ctx, cmd, err)
+}
+
+// alone returns the guard's step without the facade's or the user's hooks:
+// what the facade's ride-out sends a command through again.
+func (ch *guardChain) alone() redis.ProcessHook {
+	if p := ch.bare.Load(); p != nil {
+		return *p
+	}
+	fn := redis.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		n := ch.g.node()
+		return ch.guarded(ctx, cmd, n, ch.g.nodes.slow.sample(n))
+	})
+	ch.bare.CompareAndSwap(nil, &fn)
+	return *ch.bare.Load()
+}
+
+// refused is what a command gets on the common path while n's breaker is
+// open.
+//
+//go:noinline
+func (ch *guardChain) refused(ctx context.Context, cmd redis.Cmder, n *node) error {
+	return ch.answered(ctx, cmd, ch.g.fastFail(n))
 }
 
 // viaUser runs cmd through the user's hooks, then the guard.
@@ -264,8 +324,8 @@ func (ch *guardChain) viaUser(ctx context.Context, cmd redis.Cmder) error {
 }
 
 // nextFailed ends a command that next answered with err, not nil: as a
-// success for redis.Nil, else as failed does, after the facade's step, when
-// this hook runs it, has translated err.
+// success for redis.Nil, else as failed does, and then, when this hook runs
+// it, as the facade's step does (answered).
 //
 //go:noinline
 func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, t breaker.Ticket, err error) error {
@@ -273,22 +333,18 @@ func (ch *guardChain) nextFailed(ctx context.Context, cmd redis.Cmder, n *node, 
 		n.succeeded(t)
 		return err
 	}
-	if ch.g.facade != nil {
-		err = ch.g.facade.failedCmd(ctx, cmd, ch.next, err)
-	}
-	return ch.failed(ctx, cmd, n, t, false, err)
+	return ch.answered(ctx, cmd, ch.failed(ctx, cmd, n, t, false, err))
 }
 
-// guarded is ProcessHook for every command but the common one. sampled says
-// the command is timed for slow-node marking.
+// guarded is the guard's step for every command but the common one.
+// sampled says the command is timed for slow-node marking.
 //
 //go:noinline
 func (ch *guardChain) guarded(ctx context.Context, cmd redis.Cmder, n *node, sampled bool) error {
 	g := &ch.g
 	if g.k.closed.Load() {
 		// Close outranks the breaker, and a connection's set-up: the
-		// operation that needed it ends with ErrClosed too. In Standalone
-		// and Sentinel mode this hook runs before the facade's own check.
+		// operation that needed it ends with ErrClosed too.
 		return ErrClosed
 	}
 	if isHandshake(ctx, cmd) {
@@ -333,7 +389,7 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 	if sampled {
 		start = c.clock.Now()
 	}
-	err = ch.full(ctx, cmd)
+	err = ch.next(ctx, cmd)
 	if err == nil || err == redis.Nil {
 		n.succeededAs(t, long)
 		if sampled {
@@ -345,9 +401,9 @@ func (ch *guardChain) admitted(ctx context.Context, cmd redis.Cmder, n *node, sa
 }
 
 // failed finishes a command that the chain behind this hook answered with
-// err, neither nil nor redis.Nil, and in the facade's terms: a command that
-// failed on a reset connection before it could have run is sent again, the
-// breaker is told, and the error is translated. long says how it was
+// err, neither nil nor redis.Nil: a command that failed on a reset
+// connection before it could have run is sent again, the breaker is told,
+// and the error is typed for the node (callerError). long says how it was
 // admitted (admitAs).
 //
 // A command whose connection the opening breaker cut (connSet.cut) ends
@@ -363,7 +419,7 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 	cut := wasCut(n, err)
 	unrepeatable := !c.closed.Load() && mayHaveRun(ctx, err) && !repeatable(cmd)
 	if !cut && !unrepeatable && !cmd.NoRetry() && g.retryReset(ctx, err) {
-		err, _ = unmarkTx(ch.full(ctx, cmd))
+		err, _ = unmarkTx(ch.next(ctx, cmd))
 	}
 	n.ended(long)
 	n.br.Done(t, g.outcome(n, ctx, err))
@@ -372,9 +428,6 @@ func (ch *guardChain) failed(ctx context.Context, cmd redis.Cmder, n *node, t br
 	}
 	if isExhaustion(err) && classifyCmd(cmd) == classOrdinary {
 		n.noteExhausted(c)
-	}
-	if g.nodes.nested {
-		return n.translate(err)
 	}
 	return g.seal(n.callerError(ctx, cmd, err, cut, unrepeatable), onTx)
 }
@@ -401,7 +454,8 @@ func (g nodeGuard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return bc.step(g.user != nil)
 }
 
-// step is the guard's pipeline hook; outer as for guardChain.step.
+// step is the guard's pipeline hook: with facade, the facade's step and then
+// the guard's; outer as for guardChain.step.
 //
 // go-redis's cluster client sends each node's batch from a goroutine of its
 // own, started for the batch, whose stack grows with the frames it passes:
@@ -420,7 +474,7 @@ func (bc *batchChain) step(outer bool) redis.ProcessPipelineHook {
 		}
 		t, err := n.admit()
 		if err != nil {
-			return bc.g.refuseOpen(n, cmds)
+			return bc.refused(ctx, cmds, n)
 		}
 		if err = bc.next(ctx, cmds); err == nil {
 			n.succeeded(t)
@@ -435,14 +489,34 @@ type batchChain struct {
 	g     nodeGuard
 	next  redis.ProcessPipelineHook
 	users atomic.Pointer[wrapped[redis.ProcessPipelineHook]] // as for guardChain
+	bare  atomic.Pointer[redis.ProcessPipelineHook]          // as for guardChain
 }
 
-// full runs next behind the facade's step, when this hook runs it.
-func (bc *batchChain) full(ctx context.Context, cmds []redis.Cmder) error {
-	if bc.g.facade == nil {
-		return bc.next(ctx, cmds)
+// answered is the facade's step after the guard's, when this hook runs it,
+// as for guardChain: a single node's nil and redis.Nil pass as they are
+// (facade.batchDone).
+func (bc *batchChain) answered(ctx context.Context, cmds []redis.Cmder, err error) error {
+	f := bc.g.facade
+	switch {
+	case f == nil || err == nil || err == redis.Nil:
+		return err
+	case f.batchRidesOut(cmds, err):
+		return f.failedBatch(ctx, cmds, bc.alone(), err)
 	}
-	return bc.g.facade.processBatch(ctx, cmds, bc.next, bc.g.tx)
+	return f.settledBatch(ctx, cmds, err)
+}
+
+// alone returns the guard's pipeline step without the facade's or the
+// user's hooks, as for guardChain.
+func (bc *batchChain) alone() redis.ProcessPipelineHook {
+	if p := bc.bare.Load(); p != nil {
+		return *p
+	}
+	fn := redis.ProcessPipelineHook(func(ctx context.Context, cmds []redis.Cmder) error {
+		return bc.guard(ctx, cmds, bc.g.node())
+	})
+	bc.bare.CompareAndSwap(nil, &fn)
+	return *bc.bare.Load()
 }
 
 // viaUser runs cmds through the user's hooks, then the guard.
@@ -459,7 +533,7 @@ func (bc *batchChain) viaUser(ctx context.Context, cmds []redis.Cmder) error {
 
 // unusual reports whether cmds, for n, need more than the common path of
 // ProcessPipelineHook: a handshake, a closed client, a node marked slow, or
-// a batch the facade hands to the long budget.
+// a batch the facade's step hands to the long budget.
 //
 //go:noinline
 func (bc *batchChain) unusual(ctx context.Context, n *node, cmds []redis.Cmder) bool {
@@ -467,25 +541,47 @@ func (bc *batchChain) unusual(ctx context.Context, n *node, cmds []redis.Cmder) 
 		bc.g.nodes.sent.pending() || (bc.g.facade != nil && batchIsBlocking(cmds))
 }
 
-// nextFailed ends a batch that next answered with err, not nil, once the
-// facade, when this hook runs it, has taken err in its terms.
+// nextFailed ends a batch that next answered with err, not nil, as
+// batchFailed does, and then, when this hook runs it, as the facade's step
+// does (answered).
 //
 //go:noinline
 func (bc *batchChain) nextFailed(ctx context.Context, cmds []redis.Cmder, n *node, t breaker.Ticket, err error) error {
-	if bc.g.facade != nil {
-		err = bc.g.facade.batchDone(ctx, cmds, bc.next, err)
-	}
-	if err == nil || err == redis.Nil {
+	if err == redis.Nil {
 		n.succeeded(t)
 		return err
 	}
-	return bc.g.batchFailed(ctx, cmds, bc.full, n, t, false, err)
+	return bc.answered(ctx, cmds, bc.g.batchFailed(ctx, cmds, bc.next, n, t, false, err))
 }
 
-// guarded is ProcessPipelineHook for the batches unusual picks out.
+// refused is what a batch gets on the common path while n's breaker is
+// open.
+//
+//go:noinline
+func (bc *batchChain) refused(ctx context.Context, cmds []redis.Cmder, n *node) error {
+	return bc.answered(ctx, cmds, bc.g.refuseOpen(n, cmds))
+}
+
+// guarded is ProcessPipelineHook for the batches unusual picks out: the
+// facade's step, when this hook runs it, then the guard's (guard). A
+// connection's set-up is the guard's alone, as for guardChain.unusual.
 //
 //go:noinline
 func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) error {
+	f := bc.g.facade
+	if f == nil || (len(cmds) > 0 && isHandshake(ctx, cmds[0])) {
+		return bc.guard(ctx, cmds, n)
+	}
+	if done, err := f.beforeBatch(ctx, cmds, bc.g.tx); done {
+		return err
+	}
+	return bc.answered(ctx, cmds, bc.guard(ctx, cmds, n))
+}
+
+// guard is the guard's pipeline step for the batches unusual picks out.
+//
+//go:noinline
+func (bc *batchChain) guard(ctx context.Context, cmds []redis.Cmder, n *node) error {
 	g := &bc.g
 	if g.k.closed.Load() {
 		return failBatch(cmds, ErrClosed) // Close outranks the breaker and a set-up, as in ProcessHook
@@ -515,12 +611,12 @@ func (bc *batchChain) guarded(ctx context.Context, cmds []redis.Cmder, n *node) 
 	if err != nil {
 		return g.refuseOpen(n, cmds)
 	}
-	err = bc.full(ctx, cmds)
+	err = bc.next(ctx, cmds)
 	if err == nil || err == redis.Nil {
 		n.succeededAs(t, long)
 		return err
 	}
-	return g.batchFailed(ctx, cmds, bc.full, n, t, long, err)
+	return g.batchFailed(ctx, cmds, bc.next, n, t, long, err)
 }
 
 // admitBatch waits for n, marked slow, to take cmds, unless they block
@@ -556,7 +652,7 @@ func failBatch(cmds []redis.Cmder, err error) error {
 // batchFailed finishes a batch that next answered with err, neither nil
 // nor redis.Nil: a batch that failed before anything was sent on a reset
 // connection is sent again, the breaker is told, and every command's error
-// is translated.
+// is typed for the node (callerError).
 //
 //go:noinline
 func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, n *node, t breaker.Ticket, long bool, err error) error {
@@ -582,14 +678,6 @@ func (g *nodeGuard) batchFailed(ctx context.Context, cmds []redis.Cmder, next re
 	}
 	if isExhaustion(err) && !batchIsBlocking(cmds) {
 		n.noteExhausted(g.k)
-	}
-	if g.nodes.nested {
-		for _, cmd := range cmds {
-			if cerr := cmd.Err(); cerr != nil && cerr != redis.Nil {
-				cmd.SetErr(n.translate(cerr))
-			}
-		}
-		return n.translate(err)
 	}
 	closed := g.k.closed.Load()
 	var unknown error
@@ -693,17 +781,6 @@ func (g *nodeGuard) fastFail(n *node) error {
 		topo.trigger() // rate-limited; keeps looking for a new owner while requests arrive
 	}
 	return n.unavailable
-}
-
-// translate turns go-redis's pool timeout into ErrPoolExhausted at the node
-// level, before the cluster client sees it: go-redis would otherwise retry it
-// and mark the node failing, which is the starvation spiral this library
-// exists to stop.
-func (n *node) translate(err error) error {
-	if err != nil && errors.Is(err, redis.ErrPoolTimeout) {
-		return n.exhausted
-	}
-	return withoutSetup(err)
 }
 
 // isExhaustion reports whether an operation found no connection in the

@@ -448,3 +448,46 @@ func TestOpeningBreakerAnswersEveryoneWaiting(t *testing.T) {
 	// at all; none was sent twice, and none that was refused ran.
 	assert.LessOrEqual(t, n, unknown)
 }
+
+// The facade's ride-out sends a refused command through the node guard
+// again, in every mode: each attempt is admitted afresh, so a breaker that
+// opened meanwhile refuses the next one, which never reaches the node. The
+// same holds for a batch.
+func TestRideOutAttemptIsAdmittedAfresh(t *testing.T) {
+	const addr = "127.0.0.1:1" // never dialled
+	ctx := testCtx(t, 5*time.Second)
+	loading := redisErr("LOADING Redis is loading the dataset in memory")
+	for _, tc := range []struct {
+		name string
+		send func(g nodeGuard, next func()) error
+	}{
+		{"command", func(g nodeGuard, next func()) error {
+			process := g.ProcessHook(func(context.Context, redis.Cmder) error { next(); return loading })
+			return process(ctx, redis.NewStringCmd(ctx, "get", "k"))
+		}},
+		{"batch", func(g nodeGuard, next func()) error {
+			pipeline := g.ProcessPipelineHook(func(_ context.Context, cmds []redis.Cmder) error {
+				next()
+				return failBatch(cmds, loading)
+			})
+			return pipeline(ctx, []redis.Cmder{redis.NewStringCmd(ctx, "get", "k")})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestClient(t, Config{Mode: ModeStandalone, Addrs: []string{addr}})
+			g := c.nodes.guard(addr)
+			g.facade, g.user = c.fac, c.hooks.user // as the ordinary client carries it
+			n := g.n
+			var sent int
+			err := tc.send(g, func() {
+				sent++
+				require.True(t, n.br.Trip(), "the breaker did not open") // between the attempts
+			})
+			assert.Equal(t, 1, sent, "the ride-out's attempt passed an open breaker")
+			assert.ErrorIs(t, err, ErrNodeUnavailable)
+			var ne *NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, addr, ne.Addr)
+		})
+	}
+}

@@ -29,18 +29,19 @@ const (
 	layerReplicas
 	// layerGuard is the node guard (nodeGuard).
 	layerGuard
-	// layerGuardFacade is the node guard with the facade's step inside it,
-	// one frame for both (nodeGuard.facade).
-	layerGuardFacade
-	// layerGuardFacadeUser is layerGuardFacade running the user's process
-	// and pipeline hooks outside itself while there are any (nodeGuard.user):
-	// where nothing sits between the user's dial layer and the guard.
-	layerGuardFacadeUser
-	// layerGuardFacadeTx and layerGuardFacadeUserTx are those on a client
+	// layerFacadeGuard is the facade's step and then the node guard's, one
+	// frame for both (nodeGuard.facade): layerFacade outside layerGuard.
+	layerFacadeGuard
+	// layerUserFacadeGuard is layerFacadeGuard running the user's process
+	// and pipeline hooks outside both steps while there are any
+	// (nodeGuard.user): where nothing sits between the user's dial layer and
+	// the guard.
+	layerUserFacadeGuard
+	// layerFacadeGuardTx and layerUserFacadeGuardTx are those on a client
 	// whose every chain is a Watch transaction's (nodeGuard.tx): the facade's
 	// step refuses the blocking commands sent there.
-	layerGuardFacadeTx
-	layerGuardFacadeUserTx
+	layerFacadeGuardTx
+	layerUserFacadeGuardTx
 	// layerGuardSubscriptions is the guard of a client that runs
 	// subscriptions alone (nodeGuard.subscriptions): every dial it sees is
 	// a subscription's, and every handshake a subscription connection's.
@@ -81,10 +82,10 @@ var layerNames = [...]string{
 	layerSentinelReads:      "sentinel reads [ReadFrom]",
 	layerReplicas:           "replicas [ReadFrom]",
 	layerGuard:              "guard",
-	layerGuardFacade:        "guard+facade",
-	layerGuardFacadeUser:    "user+guard+facade",
-	layerGuardFacadeTx:      "guard+facade on a Tx",
-	layerGuardFacadeUserTx:  "user+guard+facade on a Tx",
+	layerFacadeGuard:        "facade+guard",
+	layerUserFacadeGuard:    "user+facade+guard",
+	layerFacadeGuardTx:      "facade+guard on a Tx",
+	layerUserFacadeGuardTx:  "user+facade+guard on a Tx",
 	layerGuardSubscriptions: "guard for subscriptions",
 	layerUserSubscriptions:  "user for subscriptions",
 	layerStepCount:          "step count",
@@ -129,22 +130,30 @@ type chain struct {
 // Extensions sit innermost and see what go-redis sends and returns: a
 // blocking command once, on its dedicated connection.
 //
-// In Standalone and Sentinel mode the node guard runs the facade's step
-// inside itself: it admits and scores the long calls the facade hands to the
-// long client, whose guards are nested and score nothing (longClient). In
+// Every mode has one order: the user's hooks, then the facade's step, then
+// the node guard's, then go-redis. The facade hands a long command to the
+// long budget before any guard sees it, and the long client's guards, and
+// those of its dedicated connections, admit and score it on the one node
+// set; the facade's ride-out sends a refused command through the guard
+// again, admitted afresh each time; and the guard types a failure for its
+// node (callerError) before the facade translates it for the caller. In
 // Cluster mode the node is only known on the node clients, so the guard sits
-// there, inside every cluster-level hook, and the facade is a hook of its own.
+// there, inside every cluster-level hook, and the facade is a hook of its
+// own on the cluster client. In Standalone and Sentinel mode both are on the
+// one client, and one frame runs both steps in that order (facade+guard),
+// with the user's hooks outside them where nothing sits between
+// (user+facade+guard).
 var hookOrder = []chain{
-	{kind: clientOrdinary, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUser, layerExtensions}},
-	{kind: clientOrdinary, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacade, layerExtensions}},
-	{kind: clientOrdinary, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerSentinelReads, layerGuardFacade, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeStandalone, layers: []layer{layerUserDials, layerUserFacadeGuard, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerFacadeGuard, layerExtensions}},
+	{kind: clientOrdinary, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerSentinelReads, layerFacadeGuard, layerExtensions}},
 	{kind: clientOrdinary, mode: ModeCluster, layers: []layer{layerUser, layerStepCount, layerFacade, layerDivergence, layerExtensions}},
 	{kind: clientOrdinary, mode: ModeCluster, level: levelNode, layers: []layer{layerUserDials, layerReplicas, layerGuard}},
 
 	// A Tx's reads stay with the watched master: no replica reads.
-	{kind: clientWatch, mode: ModeStandalone, layers: []layer{layerUserDials, layerGuardFacadeUserTx, layerExtensions}},
-	{kind: clientWatch, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerGuardFacadeTx, layerExtensions}},
-	{kind: clientWatch, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerGuardFacadeTx, layerExtensions}},
+	{kind: clientWatch, mode: ModeStandalone, layers: []layer{layerUserDials, layerUserFacadeGuardTx, layerExtensions}},
+	{kind: clientWatch, mode: ModeStandalone, pending: true, layers: []layer{layerUser, layerPending, layerFacadeGuardTx, layerExtensions}},
+	{kind: clientWatch, mode: ModeSentinel, layers: []layer{layerUser, layerSentinel, layerFacadeGuardTx, layerExtensions}},
 	// A Cluster Tx runs on a node client, whose chain it clones, and gets
 	// this layer innermost (go-redis appends a Tx's own hooks).
 	{kind: clientWatch, mode: ModeCluster, level: levelTx, layers: []layer{layerTxGuard}},
@@ -217,19 +226,19 @@ func (ch chain) install(cl hooked, p chainHooks) {
 			}
 		case layerGuard:
 			cl.AddHook(p.guard)
-		case layerGuardFacade:
+		case layerFacadeGuard:
 			g := p.guard
 			g.facade = p.facade
 			cl.AddHook(g)
-		case layerGuardFacadeUser:
+		case layerUserFacadeGuard:
 			g := p.guard
 			g.facade, g.user = p.facade, p.user
 			cl.AddHook(g)
-		case layerGuardFacadeTx:
+		case layerFacadeGuardTx:
 			g := p.guard
 			g.facade, g.tx = p.facade, true
 			cl.AddHook(g)
-		case layerGuardFacadeUserTx:
+		case layerUserFacadeGuardTx:
 			g := p.guard
 			g.facade, g.user, g.tx = p.facade, p.user, true
 			cl.AddHook(g)

@@ -18,7 +18,7 @@ import (
 type nodeSet struct {
 	k      *core
 	topo   *topology // told when a breaker opens (Cluster mode); nil otherwise
-	probes *prober   // recovers the open breakers; nil in a nested set
+	probes *prober   // recovers the open breakers
 	// opened are told of each node whose breaker opens, after the event and
 	// the topology; own probes the nodes that stand for something other
 	// than an address. Both are registered by the components built on the
@@ -29,12 +29,6 @@ type nodeSet struct {
 	slow   *slowNodes // marks slow nodes; nil when marking is off
 	watch  *hangWatch // trips the breakers of hung nodes; nil when breakers are off
 	sent   sentOnce   // unsafe commands a node may have run, in batches go-redis may send again
-	// nested says that the guards of the set run inside another guard,
-	// which scores and translates what they return (the long client in
-	// Standalone and Sentinel mode, see longClient): their breakers never
-	// open, nothing is marked slow or watched for silence, and they hand on
-	// go-redis's errors, set-up marks included.
-	nested bool
 
 	mu    sync.Mutex
 	nodes map[string]*node        // guarded by mu; entries are never removed
@@ -109,13 +103,6 @@ func newNodeSet(k *core, topo *topology, probe func(ctx context.Context, addr st
 	return s
 }
 
-// newNestedNodeSet returns the node set of guards that run inside another
-// set's (see nested): it scores nothing, so its breakers never open and it
-// has no prober.
-func newNestedNodeSet(k *core) *nodeSet {
-	return &nodeSet{k: k, nodes: make(map[string]*node), nested: true}
-}
-
 // whenOpened has fn told of every node whose breaker opens.
 func (s *nodeSet) whenOpened(fn func(n *node)) { s.opened = append(s.opened, fn) }
 
@@ -126,15 +113,6 @@ func (s *nodeSet) probeWith(addr string, probe func(ctx context.Context, wait ti
 		s.own = make(map[string]func(context.Context, time.Duration) error)
 	}
 	s.own[addr] = probe
-}
-
-// threshold is the failure count that opens a breaker of the set; negative,
-// which turns breakers off, in a nested set.
-func (s *nodeSet) threshold() int {
-	if s.nested {
-		return -1
-	}
-	return s.k.cfg.NodeFailureThreshold
 }
 
 // snapshot returns the nodes without taking the lock; the slice is shared
@@ -239,7 +217,7 @@ func (s *nodeSet) get(addr string) *node {
 	}
 	n.sampleMask.Store(sampleFast)
 	n.br = breaker.New(breaker.Settings{
-		Threshold:     s.threshold(), // negative disables: the breaker then always allows
+		Threshold:     s.k.cfg.NodeFailureThreshold, // negative disables: the breaker then always allows
 		Clock:         s.k.clock,
 		OnStateChange: func(from, to breaker.State) { s.changed(n, from, to) },
 	})
@@ -264,6 +242,12 @@ func (s *nodeSet) all() []*node {
 
 // guard returns the hook to install on the go-redis client for addr.
 func (s *nodeSet) guard(addr string) nodeGuard { return nodeGuard{k: s.k, nodes: s, n: s.get(addr)} }
+
+// masterGuard returns the hook to install on a client of sm's master: it
+// charges each command to the master's current address (nodeGuard.follow).
+func (s *nodeSet) masterGuard(sm *sentinelMaster) nodeGuard {
+	return nodeGuard{k: s.k, nodes: s, n: sm.role, follow: sm}
+}
 
 // close stops the probers and the hang watch.
 func (s *nodeSet) close() {

@@ -56,19 +56,3 @@ func TestNodeSetProbesWithTheRegisteredProbe(t *testing.T) {
 	assert.EqualError(t, s.probes.probe(ctx, "a:1", time.Second), "still down")
 	assert.Len(t, own, 1, "another address was probed by the role's probe")
 }
-
-// A nested set scores nothing: its breakers never open, nothing is marked
-// slow and no silence is watched, whatever the Config says.
-func TestNestedNodeSetScoresNothing(t *testing.T) {
-	k, _ := newNodeSetFixture(t, Config{Addrs: []string{"a:1"}, NodeFailureThreshold: 1})
-	nested := newNestedNodeSet(k)
-	t.Cleanup(nested.close)
-	n := nested.get("a:1")
-	assert.False(t, n.br.Trip(), "a nested breaker opened")
-	assert.Nil(t, nested.slow)
-	assert.Nil(t, nested.watch)
-	assert.Nil(t, nested.probes, "a nested set has no prober: nothing of it ever opens")
-	assert.Equal(t, -1, nested.threshold())
-	g := nested.guard("a:1")
-	assert.True(t, g.nodes.nested)
-}

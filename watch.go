@@ -18,8 +18,9 @@ import (
 //
 // Where the Tx runs decides how its blocking commands are refused: in
 // Cluster mode on a node client, below facadeHook, with the Tx chain of
-// the hook table (watchGuard) added to it; in Standalone and Sentinel mode on the Watch client (watchClient),
-// whose guard runs facadeHook's step marked as a Tx's. Neither asks
+// the hook table (watchGuard) added to it; in Standalone and Sentinel mode
+// on the Watch client (watchClient), whose guard runs the facade's step,
+// marked as a Tx's, before its own. Neither asks
 // anything of the goroutine but what the hooks are handed.
 func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
 	if c.closed.Load() {
