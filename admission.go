@@ -72,9 +72,10 @@ type admission struct {
 	// before the latest is closed rather than reused, so that every later
 	// call runs on a connection the extension reaches. Written under mu.
 	gen atomic.Uint64
-	// nodeDown, if not nil, reports whether the breaker of the node at addr
-	// is open: a cancelled call there is cut off at once (see interrupt).
-	nodeDown func(addr string) bool
+	// down, if not nil, returns the refusal of the node at addr while its
+	// breaker is open (refuseDown): a long call there is refused before it
+	// takes a permit, and a cancelled one is cut off at once (interrupt).
+	down func(addr string) error
 
 	mu       sync.Mutex
 	closed   bool                     // guarded by mu
@@ -88,19 +89,19 @@ type admission struct {
 
 // newAdmission returns the long budget of k's Config. hooks are what a
 // dedicated connection carries, newLong builds the long client (longClient),
-// and nodeDown, if not nil, reports whether the breaker of the node at an
-// address is open.
+// and down, if not nil, returns the refusal of the node at an address while
+// its breaker is open.
 func newAdmission(k *core, hooks *clientHooks, newLong func() (redis.UniversalClient, func(string) nodeGuard),
-	nodeDown func(addr string) bool) *admission {
+	down func(addr string) error) *admission {
 	a := &admission{
-		k:        k,
-		hooks:    hooks,
-		newLong:  newLong,
-		nodeDown: nodeDown,
-		permits:  make(chan struct{}, k.cfg.MaxLongConnections),
-		idle:     make(map[string][]*dedicated),
-		shells:   make(map[string][]*shell),
-		live:     make(map[*dedicated]struct{}),
+		k:       k,
+		hooks:   hooks,
+		newLong: newLong,
+		down:    down,
+		permits: make(chan struct{}, k.cfg.MaxLongConnections),
+		idle:    make(map[string][]*dedicated),
+		shells:  make(map[string][]*shell),
+		live:    make(map[*dedicated]struct{}),
 	}
 	if hooks != nil {
 		// Blocking calls follow a node's move (dedicated_moving.go).
@@ -229,13 +230,19 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	case inWatch:
 		return ErrBlockingInWatch
 	}
-	long, err := a.enter(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	long, err := a.client()
 	if err != nil {
 		return err
 	}
-	defer a.release()
 	cc, cluster := long.(*redis.ClusterClient)
 	if !cluster {
+		if err := a.enter(ctx, ""); err != nil {
+			return err
+		}
+		defer a.release()
 		return withoutSetup(a.onDedicated(ctx, long.(*redis.Client), "", []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 			return conn.Process(ctx, cmd)
 		}))
@@ -250,6 +257,10 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	if err != nil {
 		return err
 	}
+	if err := a.enter(ctx, node.Options().Addr); err != nil {
+		return err
+	}
+	defer a.release()
 	err = a.onDedicated(ctx, node, node.Options().Addr, []redis.Cmder{cmd}, func(ctx context.Context, conn *redis.Conn) error {
 		return conn.Process(ctx, cmd)
 	})
@@ -262,22 +273,20 @@ func (a *admission) process(ctx context.Context, cmd redis.Cmder, class cmdClass
 	return withoutSetup(err)
 }
 
-// enter admits one long operation: it checks ctx, takes a permit and returns
-// the long client, built on first use. After a nil error the caller must
-// release the permit when the operation ends.
-func (a *admission) enter(ctx context.Context) (redis.UniversalClient, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// enter admits one long operation for the node at addr, on the long client
+// the caller got from client: a node whose breaker is open refuses it at
+// once, before it waits for a permit, as the node's guard would; otherwise
+// it takes a permit, and the caller must release it when the operation
+// ends. addr is "" for Standalone's one server and Sentinel's master; a
+// Cluster batch, which may span nodes, passes "" too and is refused by each
+// node's guard.
+func (a *admission) enter(ctx context.Context, addr string) error {
+	if a.down != nil && (addr != "" || a.k.cfg.Mode != ModeCluster) {
+		if err := a.down(addr); err != nil {
+			return err
+		}
 	}
-	if err := a.acquire(ctx); err != nil {
-		return nil, err
-	}
-	long, err := a.client()
-	if err != nil {
-		a.release()
-		return nil, err
-	}
-	return long, nil
+	return a.acquire(ctx)
 }
 
 // processBatch runs a non-transactional pipeline containing a blocking
@@ -310,8 +319,14 @@ func (a *admission) batch(ctx context.Context, cmds []redis.Cmder, inWatch bool)
 	if inWatch {
 		return ErrBlockingInWatch
 	}
-	long, err := a.enter(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	long, err := a.client()
 	if err != nil {
+		return err
+	}
+	if err := a.enter(ctx, ""); err != nil {
 		return err
 	}
 	defer a.release()

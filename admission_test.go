@@ -202,6 +202,52 @@ func TestBlockingCallIsChargedToTheNode(t *testing.T) {
 	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
+// A blocking call to a node whose breaker is open is refused at once, not
+// after waiting for a long permit: with the whole long budget held, the
+// call, a blocking batch, and in Cluster mode a call to the open node's
+// slots end with ErrNodeUnavailable, not ErrPoolExhausted after
+// PoolTimeout; a call to a closed node of the cluster still waits its turn.
+func TestOpenNodeRefusesBlockingCallsBeforeTheBudget(t *testing.T) {
+	held := func(t *testing.T, c *Client, ctx context.Context) {
+		t.Helper()
+		require.NoError(t, c.adm.acquire(ctx)) // the one permit
+		t.Cleanup(c.adm.release)
+	}
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		c := newTestClient(t, Config{Addrs: []string{srv.Addr}, MaxLongConnections: 1, PoolTimeout: 20 * time.Second})
+		ctx := testCtx(t, 10*time.Second)
+		require.Equal(t, redis.Nil, shortBLPop(ctx, c, "open:list")) // the node is known
+		held(t, c, ctx)
+		n, ok := c.nodes.lookup(srv.Addr)
+		require.True(t, ok)
+		require.True(t, n.br.Trip())
+		assert.ErrorIs(t, c.BLPop(ctx, time.Second, "open:list").Err(), ErrNodeUnavailable)
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Get(ctx, "open:k")
+			p.BLPop(ctx, time.Second, "open:list")
+			return nil
+		})
+		assert.ErrorIs(t, err, ErrNodeUnavailable)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+		c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), MaxLongConnections: 1, PoolTimeout: 20 * time.Second})
+		ctx := testCtx(t, 10*time.Second)
+		open, closed := cl.KeyOn(t, cl.Masters[0], "open:"), cl.KeyOn(t, cl.Masters[1], "closed:")
+		require.Equal(t, redis.Nil, shortBLPop(ctx, c, open))
+		held(t, c, ctx)
+		n, ok := c.nodes.lookup(cl.Masters[0].Addr)
+		require.True(t, ok)
+		require.True(t, n.br.Trip())
+		assert.ErrorIs(t, c.BLPop(ctx, time.Second, open).Err(), ErrNodeUnavailable)
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		assert.ErrorIs(t, c.BLPop(short, time.Second, closed).Err(), context.DeadlineExceeded,
+			"a call to a closed node did not wait for the budget")
+	})
+}
+
 // A transaction uses ordinary capacity even with BLPOP inside, so it runs
 // while the whole long budget is held elsewhere.
 func TestLongBudgetTransactionIsOrdinary(t *testing.T) {

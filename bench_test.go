@@ -342,7 +342,10 @@ func BenchmarkHookPath(b *testing.B) {
 			if err != nil || classifyCmd(cmd) != classBlocking {
 				b.Fatal("not admitted as a blocking command")
 			}
-			if _, err := c.adm.enter(ctx); err != nil {
+			if _, err := c.adm.client(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.adm.enter(ctx, ""); err != nil {
 				b.Fatal(err)
 			}
 			if _, ok := blockingKey(cmd.Args()); !ok {

@@ -112,7 +112,7 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	}
 	div := &divergence{k: k, topo: topo, nodes: nodes, probe: probeOpt}
 	hooks := &clientHooks{user: &userHooks{}, ext: ext, div: divergenceHook{div}, topo: topo, sentinel: sm, pending: pending}
-	adm := newAdmission(k, hooks, longClient(k, nodes, hooks), masterDown(resolved, nodes, sm))
+	adm := newAdmission(k, hooks, longClient(k, nodes, hooks), refuseDown(resolved, nodes, sm))
 	// Subscriptions run on clients of their own (subscription_client.go),
 	// and are moved off a node that stops answering (subscription_move.go).
 	subs := newSubscriptions(k, adm, nodes, topo, sm, hooks)
@@ -140,19 +140,31 @@ func newClient(cfg Config, clk clock.Clock) (*Client, error) {
 	return c, nil
 }
 
-// masterDown reports whether the breaker of the node at addr is open, where
-// addr is a long call's node: in Sentinel mode the master's, whatever addr
-// says, and in Standalone mode the one server's when addr is empty.
-func masterDown(cfg Config, nodes *nodeSet, sm *sentinelMaster) func(addr string) bool {
-	return func(addr string) bool {
+// refuseDown returns the refusal of the node a long call at addr goes to
+// while its breaker is open, and nil while it is not: in Sentinel mode the
+// master's, whatever addr says, and in Standalone mode the one server's
+// when addr is empty. A refusal counts as traffic the node's prober hears
+// of (nodeSet.refused), as a guard's fast failure does.
+func refuseDown(cfg Config, nodes *nodeSet, sm *sentinelMaster) func(addr string) error {
+	return func(addr string) error {
+		var n *node
 		switch {
 		case sm != nil:
-			return sm.node().br.State() == breaker.Open
-		case addr == "":
-			addr = cfg.Addrs[0]
+			n = sm.node()
+		default:
+			if addr == "" {
+				addr = cfg.Addrs[0]
+			}
+			var ok bool
+			if n, ok = nodes.lookup(addr); !ok {
+				return nil
+			}
 		}
-		n, ok := nodes.lookup(addr)
-		return ok && n.br.State() == breaker.Open
+		if n.br.State() != breaker.Open {
+			return nil
+		}
+		nodes.refused(n)
+		return n.unavailable
 	}
 }
 

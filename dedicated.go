@@ -387,7 +387,7 @@ func (a *admission) interrupt(ctx context.Context, d *dedicated, finished <-chan
 		return
 	}
 	grace := unblockGrace
-	if a.nodeDown != nil && a.nodeDown(d.key) {
+	if a.down != nil && a.down(d.key) != nil {
 		// A node whose breaker is open has stopped answering: the UNBLOCK
 		// gets a short chance (a slow server still answers it, and no
 		// element is lost), then the connection is closed, so the call keeps
