@@ -224,7 +224,7 @@ func TestScenarioHardFailover(t *testing.T) {
 // are retried on the same node; they must not open breakers or cost extra
 // topology calls.
 func TestScenarioConnectionResets(t *testing.T) {
-	alone(t) // beside other real-server tests under -race, one make test run saw a breaker open on its resets
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	keys := clusterKeys(t, cl, 200)
 	const workers = 40

@@ -247,7 +247,7 @@ func waitAccepting(addr string, limit time.Duration) time.Time {
 // A cluster master without a replica hangs for three seconds and resumes.
 // The probe waiting on it is answered the moment it resumes.
 func TestScenarioPausedClusterMasterRecovers(t *testing.T) {
-	alone(t) // it compares recovery timings with go-redis's
+	sideBySide(t)
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
 	sick := cl.Masters[0]
 	keys := []string{cl.KeyOn(t, sick, "recover:a"), cl.KeyOn(t, sick, "recover:b")}
