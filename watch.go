@@ -15,12 +15,6 @@ import (
 // nil error always means that fn ran and returned nil: go-redis's cluster
 // Watch can end its retry loop (redirects, closed node clients) with nil
 // and without running fn, and that is reported as an error here.
-//
-// Where the Tx runs decides how its blocking commands are refused: in
-// Cluster mode on a node client, below facadeHook, with the Tx chain of
-// the hook table (watchGuard) added to it; in Standalone and Sentinel mode on the Watch client (watchClient),
-// whose guard runs facadeHook's step marked as a Tx's. Neither asks
-// anything of the goroutine but what the hooks are handed.
 func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...string) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -28,6 +22,12 @@ func (c *Client) Watch(ctx context.Context, fn func(*redis.Tx) error, keys ...st
 	if up := c.current(); up != c {
 		return up.Watch(ctx, fn, keys...)
 	}
+	// Where the Tx runs decides how its blocking commands are refused: in
+	// Cluster mode on a node client, below facadeHook, with the Tx chain of
+	// the hook table (watchGuard) added to it; in Standalone and Sentinel
+	// mode on the Watch client (watchClient), whose guard runs facadeHook's
+	// step marked as a Tx's. Neither asks anything of the goroutine but what
+	// the hooks are handed.
 	watch := c.UniversalClient.Watch
 	if c.watch != nil {
 		watch = c.watch.Watch
