@@ -18,7 +18,7 @@ import (
 // AutoPipeliners made before.
 //
 // Hooks run in the order added, the first outermost, outside redisguard's
-// own (see newGoRedis), as go-redis runs the hooks of one client. To hook a
+// own (docs/architecture.md, "Hook order"), as go-redis runs the hooks of one client. To hook a
 // single node client, use ForEachShard or ClusterClient's OnNewNode.
 func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 
