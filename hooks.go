@@ -18,8 +18,9 @@ import (
 // AutoPipeliners made before.
 //
 // Hooks run in the order added, the first outermost, outside redisguard's
-// own (docs/architecture.md, "Hook order"), as go-redis runs the hooks of one client. To hook a
-// single node client, use ForEachShard or ClusterClient's OnNewNode.
+// own (docs/architecture.md, "Hook order"), as go-redis runs the hooks of
+// one client. To hook a single node client, use ForEachShard or
+// ClusterClient's OnNewNode.
 func (c *Client) AddHook(hook redis.Hook) { c.hooks.user.add(hook) }
 
 // Instrument applies a go-redis extension, such as redisotel's
