@@ -224,15 +224,17 @@ func TestScenarioSlotCycle(t *testing.T) {
 		Addrs: cl.Addrs(), PoolSize: 20, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
 	defer stock.Close()
+	events := &eventLog{}
 	guard := newTestClient(t, Config{
 		Mode: ModeCluster, Addrs: cl.Addrs(), MaxConnections: 20,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		ClusterNodeTimeout: nodeTimeout,
+		ClusterNodeTimeout: nodeTimeout, OnEvent: events.onEvent,
 	})
 	ctx := testCtx(t, time.Minute)
 	for _, c := range []redis.UniversalClient{stock, guard} {
 		require.NoError(t, c.Get(ctx, others[0][0]).Err(), "warm-up")
 	}
+	cycledAt := time.Now()
 	owner, other, repair := cycle(t, cl, bad)
 	t.Logf("slot %d: %s now says %s owns it; %s still says %s does", slot, owner.Addr, other.Addr, other.Addr, owner.Addr)
 
@@ -313,6 +315,13 @@ func TestScenarioSlotCycle(t *testing.T) {
 	t.Logf("redisguard error: %v", pg.err)
 	if ps.otherErrs != "" || pg.otherErrs != "" {
 		t.Logf("other-slot errors: go-redis %s; redisguard %s", ps.otherErrs, pg.otherErrs)
+		// Say why: the node events from the cycle on (a mark, an opening).
+		evs, _ := events.all()
+		for _, e := range evs {
+			if e.Time.After(cycledAt) && e.Addr != "" {
+				t.Logf("%s after the cycle: %s %s latency %v peers %v %s %v", fmtDur(e.Time.Sub(cycledAt)), e.Addr, e.Kind, e.Duration, e.PeerLatency, e.Decision, e.Err)
+			}
+		}
 	}
 
 	for _, err := range []error{pg.err, pg.again} {
