@@ -224,7 +224,7 @@ func TestScenarioHardFailover(t *testing.T) {
 // are retried on the same node; they must not open breakers or cost extra
 // topology calls.
 func TestScenarioConnectionResets(t *testing.T) {
-	sideBySide(t)
+	alone(t) // its error and opening counts move with the load of the tests beside it
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	keys := clusterKeys(t, cl, 200)
 	const workers = 40

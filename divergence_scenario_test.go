@@ -203,7 +203,7 @@ func divergenceTable(t *testing.T, title string, rs, rg divergenceCounts) {
 // other slots must not notice; and once an operator repairs the slot the key
 // must be served again within 2s.
 func TestScenarioSlotCycle(t *testing.T) {
-	sideBySide(t)
+	alone(t) // its timings, and the other slots' latency the slow-node marks judge, move with the load beside it
 	const nodeTimeout = time.Second
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
 	keys := clusterKeys(t, cl, 100)
