@@ -108,11 +108,8 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 	}
 	again := func(refusal error) error {
 		err := send(ctx)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && !errors.Is(err, ErrOutcomeUnknown) && !isRedisReply(err) {
-			// Not answered before the deadline, and it cannot have run
-			// (ErrOutcomeUnknown says when it may have): the refusal is
-			// the server's last word.
-			return fmt.Errorf("%w: %w", notServingError(refusal), err)
+		if unansweredByDeadline(ctx, err) {
+			return refusedUntilDeadline(refusal, err)
 		}
 		return err
 	}
@@ -159,6 +156,20 @@ func (r *rideOut) process(ctx context.Context, err error, send func(context.Cont
 	return err
 }
 
+// unansweredByDeadline reports whether err, the answer to a command sent
+// again after a refusal, says the caller's deadline passed before it was
+// answered, and it cannot have run (ErrOutcomeUnknown says when it may
+// have): then the refusal is the server's last word (refusedUntilDeadline).
+func unansweredByDeadline(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && !errors.Is(err, ErrOutcomeUnknown) && !isRedisReply(err)
+}
+
+// refusedUntilDeadline is ErrNotServing with refusal, which also says that
+// the deadline (err) ended the wait.
+func refusedUntilDeadline(refusal, err error) error {
+	return fmt.Errorf("%w: %w", notServingError(refusal), err)
+}
+
 // waitEnded is what a caller whose context ended while it waited to send
 // again is told: ErrNotServing with the last refusal if its deadline
 // passed, as when no time is left for another round, and its context's
@@ -183,8 +194,9 @@ func (r *rideOut) backoff(attempt int) time.Duration {
 // with err, whose replies notServing accepts: after each round's wait it
 // sends again those still refused (a transaction whole: a refusal in it
 // means it did not run), while the rest keep their answers. The refusals
-// left at the end become ErrNotServing. It returns the batch's error, as
-// next does.
+// left at the end become ErrNotServing, as does a command sent again that
+// the caller's deadline left unanswered (unansweredByDeadline). It returns
+// the batch's error, as next does.
 func (r *rideOut) batch(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook, err error) error {
 	first := firstRefusal(cmds)
 	if first == nil {
@@ -195,11 +207,19 @@ func (r *rideOut) batch(ctx context.Context, cmds []redis.Cmder, next redis.Proc
 	if tx {
 		again = cmds
 	}
+	refusals := make([]error, len(again))
 	err = r.process(ctx, first, func(ctx context.Context) error {
-		for _, cmd := range again {
+		refusals = refusals[:len(again)]
+		for i, cmd := range again {
+			refusals[i] = cmd.Err()
 			cmd.SetErr(nil)
 		}
 		_ = next(ctx, again)
+		for i, cmd := range again {
+			if refusals[i] != nil && unansweredByDeadline(ctx, cmd.Err()) {
+				cmd.SetErr(refusedUntilDeadline(refusals[i], cmd.Err()))
+			}
+		}
 		if !tx {
 			again = refusedCmds(again)
 		}

@@ -280,3 +280,38 @@ func TestRideOutDeadlineDuringTheResendIsTyped(t *testing.T) {
 type passedAfterWait struct{ passedCtx }
 
 func (passedAfterWait) Done() <-chan struct{} { return nil }
+
+// The same in a batch: a refused command sent again whose caller's deadline
+// passes before it is answered ends in ErrNotServing with its refusal, not
+// as the bare deadline; one that may have run keeps ErrOutcomeUnknown; a
+// command answered before keeps its answer.
+func TestRideOutBatchDeadlineDuringTheResendIsTyped(t *testing.T) {
+	r, clk := fakeRideOut(15 * time.Second)
+	done := make(chan struct{})
+	close(done)
+	passed := passedAfterWait{passedCtx{Context: context.Background(), deadline: clk.Now().Add(time.Minute), done: done}}
+	r.after = func(time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		ch <- clk.Now()
+		return ch
+	}
+	unknown := &NodeError{Addr: "a:1", Err: ErrOutcomeUnknown}
+	get, incr, set := redis.NewStringCmd(passed, "get", "a"), redis.NewIntCmd(passed, "incr", "n"), redis.NewStatusCmd(passed, "set", "b", "1")
+	get.SetErr(&NodeError{Addr: "b:1", Err: ErrNodeUnavailable})
+	incr.SetErr(clusterDown)
+	set.SetErr(clusterDown)
+	var resent []redis.Cmder
+	err := r.batch(passed, []redis.Cmder{get, incr, set}, func(_ context.Context, cmds []redis.Cmder) error {
+		resent = append(resent, cmds...)
+		incr.SetErr(context.DeadlineExceeded)
+		set.SetErr(unknown)
+		return context.DeadlineExceeded
+	}, get.Err())
+	assert.Equal(t, []redis.Cmder{incr, set}, resent, "the refused commands were sent again once")
+	require.ErrorIs(t, incr.Err(), ErrNotServing, "the INCR left unanswered by the deadline")
+	require.ErrorIs(t, incr.Err(), context.DeadlineExceeded)
+	assert.Contains(t, incr.Err().Error(), "CLUSTERDOWN", "the refusal is quoted")
+	require.ErrorIs(t, set.Err(), ErrOutcomeUnknown, "the SET that may have run")
+	require.NotErrorIs(t, set.Err(), ErrNotServing)
+	require.ErrorIs(t, err, ErrNodeUnavailable, "the batch's error is its first command's")
+}
