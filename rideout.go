@@ -209,7 +209,6 @@ func (r *rideOut) batch(ctx context.Context, cmds []redis.Cmder, next redis.Proc
 	}
 	refusals := make([]error, len(again))
 	err = r.process(ctx, first, func(ctx context.Context) error {
-		refusals = refusals[:len(again)]
 		for i, cmd := range again {
 			refusals[i] = cmd.Err()
 			cmd.SetErr(nil)
