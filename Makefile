@@ -4,7 +4,7 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: test bench bench-scale scenarios chaos goredis-suite lint demo
+.PHONY: test bench bench-cost bench-scale scenarios chaos goredis-suite lint demo
 
 # The long real-server tests that mostly wait (sideBySide in scenario_test.go)
 # run three at a time, which keeps CI within 15 minutes on two cores.
@@ -16,6 +16,12 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	REDISGUARD_BENCH=1 $(GO) test -count=1 -v -run '^(TestHealthyPathRatio|TestReplicaHealthyPathRatio|TestAutoPipelineRatio)$$' .
+
+# The healthy path's cost split into its parts (connection tracking, the
+# rest of redisguard) at 64 and 512 callers on a standalone server, as rate
+# ratios and CPU time per call. About 90 seconds.
+bench-cost:
+	REDISGUARD_BENCH_COST=64,512 $(GO) test -count=1 -v -run '^TestBenchCost$$' .
 
 # Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
 # and 12 masters started locally), idle cost and topology refresh. About 37
