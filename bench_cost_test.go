@@ -46,6 +46,7 @@ func TestBenchCost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	g := newTestClient(t, Config{Addrs: []string{srv.Addr}})
 	opt := *g.UniversalClient.(*redis.Client).Options()
+	opt.PushNotificationProcessor = nil // each client its own, as in TestBenchScale
 	stock, control := opt, opt
 	tracked := opt
 	dial := opt.Dialer
@@ -57,7 +58,12 @@ func TestBenchCost(t *testing.T) {
 		return (&connSet{}).track(conn, nil), nil
 	}
 	names := []string{"go-redis (same options)", "control", "go-redis, connections tracked", "redisguard"}
-	sides := []redis.UniversalClient{redis.NewClient(&stock), redis.NewClient(&control), redis.NewClient(&tracked), g}
+	plain := []*redis.Client{redis.NewClient(&stock), redis.NewClient(&control), redis.NewClient(&tracked)}
+	for _, c := range plain {
+		require.Equal(t, g.UniversalClient.(*redis.Client).GetMaintNotificationsManager() != nil, c.GetMaintNotificationsManager() != nil,
+			"go-redis with redisguard's options runs maintenance notifications as redisguard's client does")
+	}
+	sides := []redis.UniversalClient{plain[0], plain[1], plain[2], g}
 	ctx := testCtx(t, 10*time.Second)
 	for _, c := range sides[:3] {
 		t.Cleanup(func() { _ = c.Close() })

@@ -211,9 +211,19 @@ func newScaleTarget(t *testing.T, name string, cfg Config) *scaleTarget {
 	switch rc := g.UniversalClient.(type) {
 	case *redis.Client:
 		opt := *rc.Options()
+		// go-redis keeps the client's push processor in its options; a
+		// client of its own gets one of its own, and with it the
+		// maintenance notifications redisguard's client has (a shared
+		// one refuses the second client's handlers, which then runs
+		// without them, and without their pool hook).
+		opt.PushNotificationProcessor = nil
 		ctl := opt
-		tg.sides[sideStock] = redis.NewClient(&opt)
-		tg.sides[sideControl] = redis.NewClient(&ctl)
+		stock, control := redis.NewClient(&opt), redis.NewClient(&ctl)
+		for _, c := range []*redis.Client{stock, control} {
+			require.Equal(t, rc.GetMaintNotificationsManager() != nil, c.GetMaintNotificationsManager() != nil,
+				"go-redis with redisguard's options runs maintenance notifications as redisguard's client does")
+		}
+		tg.sides[sideStock], tg.sides[sideControl] = stock, control
 		tg.sides[sideDefaults] = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0]})
 	case *redis.ClusterClient:
 		opt := *rc.Options()
