@@ -561,6 +561,25 @@ func (h *latencyHist) quantile(q float64) time.Duration {
 // measureIdle builds go-redis (same options) and redisguard clients for cfg
 // one after the other, sends one command to every node through each, and
 // reports what each added to the process: goroutines and live heap.
+// idleSettle is how long the goroutine count must hold still for a
+// client to count as idle (measureIdle).
+const idleSettle = 250 * time.Millisecond
+
+// settleGoroutines waits atLeast, and then until the number of goroutines
+// has not changed for idleSettle, or until atMost has passed.
+func settleGoroutines(atLeast, atMost time.Duration) {
+	start := time.Now()
+	last, since := runtime.NumGoroutine(), start
+	for now := start; now.Sub(start) < atMost; now = time.Now() {
+		if n := runtime.NumGoroutine(); n != last {
+			last, since = n, now
+		} else if now.Sub(start) >= atLeast && now.Sub(since) >= idleSettle {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func measureIdle(t *testing.T, name string, cfg Config, nodes int) idleCost {
 	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
@@ -572,7 +591,12 @@ func measureIdle(t *testing.T, name string, cfg Config, nodes int) idleCost {
 		require.NoError(t, c.Ping(ctx).Err())
 	}
 	snapshot := func() (int, uint64) {
-		time.Sleep(50 * time.Millisecond) // let started goroutines settle
+		// Idle means idle for longer than the hang watch's goroutine
+		// outlives the last reply (hangIdleStop), and than the
+		// goroutines a client starts with (its first topology fetch)
+		// take to end: the count is read once it has held still for
+		// idleSettle, after hangIdleStop at least.
+		settleGoroutines(hangIdleStop+idleSettle, 10*time.Second)
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -707,7 +731,7 @@ func (r *scaleReport) markdown() string {
 			dur(c.p99[sideStock]), dur(c.p99[sideGuard]))
 	}
 
-	b.WriteString("\n### An idle client\n\nWhat building one client and sending one command to each master added to the process, after a GC.\n\n")
+	b.WriteString("\n### An idle client\n\nWhat building one client and sending one command to each master added to the process, once the client had been idle for a second and more (redisguard's hang watch ends its goroutine a second after the last reply) and its goroutine count had held still for 250ms, after a GC.\n\n")
 	b.WriteString("| topology | goroutines go-redis | goroutines redisguard | heap go-redis | heap redisguard | redisguard heap per node |\n|---|---|---|---|---|---|\n")
 	for _, c := range r.idle {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s |\n", c.topology, c.goroutines[0], c.goroutines[1],
