@@ -45,25 +45,19 @@ func TestBenchCost(t *testing.T) {
 	}
 	srv := redistest.StartServer(t)
 	g := newTestClient(t, Config{Addrs: []string{srv.Addr}})
-	opt := *g.UniversalClient.(*redis.Client).Options()
-	opt.PushNotificationProcessor = nil // each client its own, as in TestBenchScale
-	stock, control := opt, opt
-	tracked := opt
-	dial := opt.Dialer
-	tracked.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	rc := g.UniversalClient.(*redis.Client)
+	track := func(opt *redis.Options) {
+		dial := opt.Dialer
+		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return (&connSet{}).track(conn, nil), nil
 		}
-		return (&connSet{}).track(conn, nil), nil
 	}
 	names := []string{"go-redis (same options)", "control", "go-redis, connections tracked", "redisguard"}
-	plain := []*redis.Client{redis.NewClient(&stock), redis.NewClient(&control), redis.NewClient(&tracked)}
-	for _, c := range plain {
-		require.Equal(t, g.UniversalClient.(*redis.Client).GetMaintNotificationsManager() != nil, c.GetMaintNotificationsManager() != nil,
-			"go-redis with redisguard's options runs maintenance notifications as redisguard's client does")
-	}
-	sides := []redis.UniversalClient{plain[0], plain[1], plain[2], g}
+	sides := []redis.UniversalClient{goRedisLike(t, rc, nil), goRedisLike(t, rc, nil), goRedisLike(t, rc, track), g}
 	ctx := testCtx(t, 10*time.Second)
 	for _, c := range sides[:3] {
 		t.Cleanup(func() { _ = c.Close() })

@@ -210,20 +210,7 @@ func newScaleTarget(t *testing.T, name string, cfg Config) *scaleTarget {
 	tg := &scaleTarget{name: name, guard: g}
 	switch rc := g.UniversalClient.(type) {
 	case *redis.Client:
-		opt := *rc.Options()
-		// go-redis keeps the client's push processor in its options; a
-		// client of its own gets one of its own, and with it the
-		// maintenance notifications redisguard's client has (a shared
-		// one refuses the second client's handlers, which then runs
-		// without them, and without their pool hook).
-		opt.PushNotificationProcessor = nil
-		ctl := opt
-		stock, control := redis.NewClient(&opt), redis.NewClient(&ctl)
-		for _, c := range []*redis.Client{stock, control} {
-			require.Equal(t, rc.GetMaintNotificationsManager() != nil, c.GetMaintNotificationsManager() != nil,
-				"go-redis with redisguard's options runs maintenance notifications as redisguard's client does")
-		}
-		tg.sides[sideStock], tg.sides[sideControl] = stock, control
+		tg.sides[sideStock], tg.sides[sideControl] = goRedisLike(t, rc, nil), goRedisLike(t, rc, nil)
 		tg.sides[sideDefaults] = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0]})
 	case *redis.ClusterClient:
 		opt := *rc.Options()
@@ -558,9 +545,6 @@ func (h *latencyHist) quantile(q float64) time.Duration {
 	return time.Duration(math.Exp2(float64(len(h.buckets))/8) * float64(time.Microsecond))
 }
 
-// measureIdle builds go-redis (same options) and redisguard clients for cfg
-// one after the other, sends one command to every node through each, and
-// reports what each added to the process: goroutines and live heap.
 // idleSettle is how long the goroutine count must hold still for a
 // client to count as idle (measureIdle).
 const idleSettle = 250 * time.Millisecond
@@ -580,6 +564,9 @@ func settleGoroutines(atLeast, atMost time.Duration) {
 	}
 }
 
+// measureIdle builds go-redis (same options) and redisguard clients for cfg
+// one after the other, sends one command to every node through each, and
+// reports what each added to the process: goroutines and live heap.
 func measureIdle(t *testing.T, name string, cfg Config, nodes int) idleCost {
 	t.Helper()
 	ctx := testCtx(t, 30*time.Second)

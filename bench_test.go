@@ -165,6 +165,27 @@ func TestHealthyPathRatio(t *testing.T) {
 		[]string{"topology", "workload", "go-redis (same options)", "redisguard", "median ratio", "range", "control ratio", "go-redis (defaults)", "ratio vs defaults"}, rows...)
 }
 
+// goRedisLike returns go-redis built with the options of rc, redisguard's
+// client, and none of its hooks: what the benchmarks compare redisguard
+// with. tweak, if set, changes the copy first. go-redis keeps a client's
+// push processor in its options, so the copy gets one of its own: sharing
+// rc's, whose handlers are taken, go-redis would build it without the
+// maintenance notifications rc runs. That is checked here, before either
+// client has sent a command (a server that refuses the notifications has
+// both turn them off at their first handshake).
+func goRedisLike(t testing.TB, rc *redis.Client, tweak func(*redis.Options)) *redis.Client {
+	t.Helper()
+	opt := *rc.Options()
+	opt.PushNotificationProcessor = nil
+	if tweak != nil {
+		tweak(&opt)
+	}
+	c := redis.NewClient(&opt)
+	require.Equal(t, rc.GetMaintNotificationsManager() != nil, c.GetMaintNotificationsManager() != nil,
+		"go-redis with redisguard's options runs maintenance notifications as redisguard's client does")
+	return c
+}
+
 // benchTargets starts a standalone server and a 3-master cluster and builds
 // the clients for each; everything is closed when tb ends.
 func benchTargets(t testing.TB) []benchTarget {
@@ -182,13 +203,7 @@ func benchTargets(t testing.TB) []benchTarget {
 		target := benchTarget{name: x.name, guarded: g}
 		switch rc := g.UniversalClient.(type) {
 		case *redis.Client:
-			opt := *rc.Options()
-			// go-redis keeps the client's push processor in its options;
-			// a client of its own gets one of its own.
-			opt.PushNotificationProcessor = nil
-			target.stock = redis.NewClient(&opt)
-			ctl := opt
-			target.control = redis.NewClient(&ctl)
+			target.stock, target.control = goRedisLike(t, rc, nil), goRedisLike(t, rc, nil)
 			target.defaults = redis.NewClient(&redis.Options{Addr: srv.Addr})
 		case *redis.ClusterClient:
 			opt := *rc.Options()
@@ -228,8 +243,7 @@ func TestGetAllocatesNoMoreThanGoRedis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	mr.Set("k", "v")
 	g := newTestClient(t, Config{Addrs: []string{mr.Addr()}})
-	stockOpt := *g.UniversalClient.(*redis.Client).Options()
-	stock := redis.NewClient(&stockOpt) // the same options, without redisguard's hooks
+	stock := goRedisLike(t, g.UniversalClient.(*redis.Client), nil)
 	defer stock.Close()
 	ctx := context.Background()
 	for _, c := range []redis.UniversalClient{stock, g} {
