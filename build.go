@@ -213,6 +213,7 @@ func newGoRedis(s clientSpec) hookable {
 		// takes over, runs without maintenance notifications.
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		cl := redis.NewClient(&opt)
+		s.guard.ordinary(cl)
 		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, chainHooks{
 			user: s.hooks.user, guard: s.guard, ext: s.hooks.ext, role: RoleReplica})
 		return cl
@@ -257,6 +258,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		g.long = s.kind == clientLong
 		parts.guard = g
 		if ordinary {
+			g.ordinary(cl)
 			s.watchClient(cl, parts, false)
 		}
 		chainOf(s.kind, ModeSentinel, levelClient, false).install(cl, parts)
@@ -306,6 +308,9 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 			cl := redis.NewClient(opt)
 			g := s.nodes.guard(opt.Addr)
 			g.long = s.kind == clientLong
+			if ordinary {
+				g.ordinary(cl)
+			}
 			// go-redis dials on the node clients alone, subscriptions too.
 			node := parts
 			node.guard, node.replicas, node.addr = g, rr, opt.Addr
@@ -334,6 +339,7 @@ func newNodeClient(s clientSpec) redis.UniversalClient {
 		// sits between the user's hooks and the guard.
 		pending := ordinary && h.pending != nil
 		if ordinary {
+			g.ordinary(cl)
 			s.watchClient(cl, parts, pending)
 		}
 		chainOf(s.kind, ModeStandalone, levelClient, pending).install(cl, parts)

@@ -61,6 +61,18 @@ func (g *nodeGuard) node() *node {
 	return g.n
 }
 
+// ordinary has Stats count the operations waiting for or holding a
+// connection of cl's pool as the ordinary operations in flight on the node
+// g charges: cl is the node's ordinary client, or in Sentinel mode the
+// master's.
+func (g *nodeGuard) ordinary(cl *redis.Client) {
+	if g.follow != nil {
+		g.follow.client.Store(cl)
+		return
+	}
+	g.n.client.Store(cl)
+}
+
 // DialHook dials the node's pool connections. A subscriptions client's
 // guard leaves its dials, all subscriptions', to subscriptionBudget, inside
 // it, which routes them.
@@ -193,15 +205,11 @@ func (ch *guardChain) timed(ctx context.Context, cmd redis.Cmder, n *node) error
 	return ch.nextFailed(ctx, cmd, n, t, err)
 }
 
-// admit asks n's breaker to let an ordinary operation through and, if it
-// does, counts it in flight until succeeded or ended ends it.
-func (n *node) admit() (breaker.Ticket, error) {
-	t, err := n.br.Allow()
-	if err == nil {
-		n.inFlight.Add(1)
-	}
-	return t, err
-}
+// admit asks n's breaker to let an ordinary operation through. Stats
+// counts it in flight from its node client's pool (nodeSet.stats), which
+// go-redis keeps anyway: a count of the guard's own would be two more
+// writes per command to a cache line every core shares.
+func (n *node) admit() (breaker.Ticket, error) { return n.br.Allow() }
 
 // admitAs is admit, or for a long operation, which waits by design, the
 // same without the hang watch: blocking calls and the long client's work
@@ -219,10 +227,7 @@ func (n *node) admitAs(long bool) (breaker.Ticket, error) {
 
 // succeeded ends an admitted ordinary operation that was answered (nil or
 // redis.Nil), reporting the success to the breaker.
-func (n *node) succeeded(t breaker.Ticket) {
-	n.inFlight.Add(-1)
-	n.br.Succeeded(t)
-}
+func (n *node) succeeded(t breaker.Ticket) { n.br.Succeeded(t) }
 
 // succeededAs is succeeded for an operation admitAs admitted.
 func (n *node) succeededAs(t breaker.Ticket, long bool) {
@@ -234,13 +239,11 @@ func (n *node) succeededAs(t breaker.Ticket, long bool) {
 	n.br.Succeeded(t)
 }
 
-// ended takes an operation admitAs admitted off the node's count; the
-// caller reports to the breaker.
+// ended takes an operation admitAs admitted off the node's count of long
+// ones; the caller reports to the breaker.
 func (n *node) ended(long bool) {
 	if long {
 		n.long.Add(-1)
-	} else {
-		n.inFlight.Add(-1)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisguard/redisguard/internal/breaker"
 	"github.com/redisguard/redisguard/internal/outlier"
 	"github.com/redisguard/redisguard/internal/slotmap"
@@ -54,15 +56,17 @@ type node struct {
 	probing     atomic.Bool       // a prober goroutine owns the node
 	lastRefused atomic.Int64      // unix ns of a recent command refused by the open breaker
 
-	// Written by the timed commands, and by every command: each on a cache
-	// line of its own, since sharing one with the fields above would make
-	// each core re-fetch those after every write of the other core.
-	_        [cacheLine]byte
-	lat      outlier.Latency // sampled latency of its ordinary commands (slow.go)
-	_        [cacheLine]byte
-	inFlight atomic.Int64 // ordinary operations in progress, including those waiting for capacity
-	_        [cacheLine - 8]byte
+	// Written by the timed commands, on a cache line of its own, since
+	// sharing one with the fields above would make each core re-fetch
+	// those after every write of the other core.
+	_   [cacheLine]byte
+	lat outlier.Latency // sampled latency of its ordinary commands (slow.go)
+	_   [cacheLine]byte
 
+	// client is the node's ordinary client, whose pool holds its ordinary
+	// operations in flight (stats.go); nil in Sentinel mode, where the
+	// master's client follows the master (sentinelMaster.client).
+	client      atomic.Pointer[redis.Client]
 	long        atomic.Int64 // long operations in progress: blocking calls, the long client's work
 	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)
 	conns       connSet      // the connections of the ordinary clients, cut when the breaker opens

@@ -64,6 +64,9 @@ type sentinelMaster struct {
 	peersDenial denial
 
 	cur atomic.Pointer[node] // the master's node; nil until the first dial
+	// client is the ordinary failover client, whose pool holds the
+	// master's ordinary operations in flight (stats.go).
+	client atomic.Pointer[redis.Client]
 
 	// leaving are told of the old master's address before drop closes the
 	// connections to it; registered (whenLeaving) by the components built on

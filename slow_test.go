@@ -116,7 +116,7 @@ func TestSlowNodeIsMarkedShedAndUnmarked(t *testing.T) {
 	a.slowWaiting.Add(-1)
 
 	st := map[string]NodeStats{}
-	for _, ns := range f.nodes.stats() {
+	for _, ns := range f.nodes.stats(nil) {
 		st[ns.Addr] = ns
 	}
 	assert.True(t, st["a:1"].Slow)

@@ -3,6 +3,8 @@ package redisguard
 import (
 	"sort"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Stats is a point-in-time snapshot of the client's guard state, for
@@ -65,8 +67,11 @@ type NodeStats struct {
 	Opens               uint64    `json:"opens"` // times the breaker opened
 
 	// InFlight is the number of commands and pipelines in progress on the
-	// node right now, including those still waiting for capacity. A sick
-	// node shows it climbing towards the number of callers.
+	// node right now, including those still waiting for capacity: those
+	// holding or waiting for a connection of the node's pool (go-redis's
+	// PoolStats, each node's in Cluster mode, the master's in Sentinel
+	// mode), and its blocking calls. A sick node shows it climbing
+	// towards the number of callers.
 	InFlight int64 `json:"in_flight"`
 	// PoolExhaustions counts operations on the node refused with
 	// ErrPoolExhausted.
@@ -94,7 +99,7 @@ func (c *Client) Stats() Stats {
 		return up.Stats()
 	}
 	var s Stats
-	s.Nodes = c.nodes.stats()
+	s.Nodes = c.nodes.stats(c.sentinel)
 	for _, n := range s.Nodes {
 		s.PoolExhaustions += n.PoolExhaustions
 	}
@@ -112,10 +117,19 @@ func (c *Client) Stats() Stats {
 	return s
 }
 
-// stats returns the nodes' counters, sorted by address.
-func (s *nodeSet) stats() []NodeStats {
+// stats returns the nodes' counters, sorted by address; sm is the
+// Sentinel-managed master, nil in the other modes.
+func (s *nodeSet) stats(sm *sentinelMaster) []NodeStats {
 	var out []NodeStats
+	var master *node
+	if sm != nil {
+		master = sm.node()
+	}
 	for _, n := range s.all() {
+		inFlight := pooled(n.client.Load()) + n.long.Load()
+		if n == master {
+			inFlight += pooled(sm.client.Load())
+		}
 		snap := n.br.Snapshot()
 		ns := NodeStats{
 			Addr:                n.addr,
@@ -123,7 +137,7 @@ func (s *nodeSet) stats() []NodeStats {
 			ConsecutiveFailures: snap.ConsecutiveFailures,
 			LastTransition:      snap.LastTransition,
 			Opens:               snap.Opens,
-			InFlight:            n.inFlight.Load() + n.long.Load(),
+			InFlight:            inFlight,
 			PoolExhaustions:     n.exhaustions.Load(),
 			OutcomeUnknown:      n.outcomeUnknowns.Load(),
 			Probes:              n.probes.Load(),
@@ -138,4 +152,26 @@ func (s *nodeSet) stats() []NodeStats {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out
+}
+
+// pooled is the number of operations holding or waiting for a connection
+// of cl's pools: its ordinary operations in flight, each of which takes one
+// connection from go-redis's pool for as long as it runs.
+func pooled(cl *redis.Client) int64 {
+	if cl == nil {
+		return 0
+	}
+	ps := cl.PoolStats()
+	n := busy(ps.TotalConns, ps.IdleConns, ps.PendingRequests)
+	if p := ps.PipelineStats; p != nil {
+		n += busy(p.TotalConns, p.IdleConns, p.PendingRequests)
+	}
+	return n
+}
+
+// busy is a pool's connections in use plus the requests waiting for one.
+// The pool reads its total and its idle connections one after the other,
+// so a connection returned in between is counted in neither or both.
+func busy(total, idle, pending uint32) int64 {
+	return max(int64(total)-int64(idle), 0) + int64(pending)
 }

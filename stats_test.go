@@ -1,9 +1,11 @@
 package redisguard
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,4 +42,63 @@ func TestStatsReportsBudgetsAndNodes(t *testing.T) {
 		return nil
 	})
 	assert.GreaterOrEqual(t, c.Stats().Nodes[0].Probes, c.Stats().Nodes[0].ProbeFailures+1)
+}
+
+// A node's InFlight counts the commands holding or waiting for one of its
+// ordinary client's connections, on that node alone: in Cluster mode each
+// node client's, in Sentinel mode the failover client's, charged to the
+// master it dials. A paused node holds a GET; the others show none.
+func TestStatsCountsInFlightOnItsNode(t *testing.T) {
+	// The hang watch would cut the held GET; it is not what this checks.
+	const hung = time.Minute
+	inFlight := func(c *Client) map[string]int64 {
+		m := map[string]int64{}
+		for _, n := range c.Stats().Nodes {
+			m[n.Addr] = n.InFlight
+		}
+		return m
+	}
+	hold := func(t *testing.T, c *Client, paused *redistest.Server, key, addr string) {
+		t.Helper()
+		ctx := testCtx(t, 30*time.Second)
+		require.NoError(t, c.Set(ctx, key, "v", 0).Err())
+		for _, n := range c.Stats().Nodes {
+			require.Zero(t, n.InFlight, "%s before", n.Addr)
+		}
+		paused.Pause(t)
+		resumed := false
+		defer func() {
+			if !resumed {
+				paused.Resume(t)
+			}
+		}()
+		done := make(chan error, 1)
+		go func() { done <- c.Get(ctx, key).Err() }()
+		require.Eventually(t, func() bool { return inFlight(c)[addr] == 1 }, 10*time.Second, time.Millisecond,
+			"the held GET on %s: %v", addr, inFlight(c))
+		for a, n := range inFlight(c) {
+			if a != addr {
+				assert.Zero(t, n, "%s holds nothing", a)
+			}
+		}
+		paused.Resume(t)
+		resumed = true
+		require.NoError(t, <-done)
+		assert.Zero(t, inFlight(c)[addr], "answered")
+	}
+
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+		c := newTestClient(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), HungNodeAfter: hung, ReadTimeout: 20 * time.Second})
+		ctx := testCtx(t, 20*time.Second)
+		require.NoError(t, c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }))
+		node := cl.Nodes()[1]
+		hold(t, c, node, cl.KeyOn(t, node, "inflight:"), cl.ClientAddr(node))
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		g := redistest.StartSentinel(t)
+		c := newTestClient(t, Config{Mode: ModeSentinel, MasterName: g.MasterName, Addrs: g.Addrs(),
+			HungNodeAfter: hung, ReadTimeout: 20 * time.Second})
+		hold(t, c, g.Master, "inflight", g.CurrentMaster(t))
+	})
 }
