@@ -220,8 +220,8 @@ func TestPoolExhaustedEvent(t *testing.T) {
 	require.NoError(t, proxy.SetMode(faultproxy.Blackhole))
 	hung := make(chan error, 1)
 	go func() { hung <- c.Get(ctx, "k").Err() }()
-	// Counted in flight before it takes the connection: wait for both, or
-	// the loop below could take the connection first.
+	// Counted in flight from when it asks the pool for the connection:
+	// wait until it also holds it, or the loop below could take it first.
 	require.Eventually(t, func() bool {
 		return c.Stats().Nodes[0].InFlight == 1 && c.PoolStats().IdleConns == 0
 	}, 5*time.Second, time.Millisecond)
