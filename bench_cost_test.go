@@ -23,7 +23,8 @@ import (
 // server into its parts, where TestBenchScale only sees the sum: beside
 // go-redis with redisguard's options, the same client whose connections
 // are tracked as a node guard tracks them (connSet.track, without a hang
-// watch), and redisguard itself, interleaved as TestBenchScale's cells are
+// watch), that one with a process hook that only calls next (the least
+// any hook costs: redisguard's floor), and redisguard itself, interleaved as TestBenchScale's cells are
 // (a round runs each client for one timed slice, in a random order). It
 // reports each client's rate as a ratio to go-redis's, round by round, and
 // the process's CPU time per call (user and system, getrusage), which
@@ -56,10 +57,13 @@ func TestBenchCost(t *testing.T) {
 			return (&connSet{}).track(conn, nil), nil
 		}
 	}
-	names := []string{"go-redis (same options)", "control", "go-redis, connections tracked", "redisguard"}
-	sides := []redis.UniversalClient{goRedisLike(t, rc, nil), goRedisLike(t, rc, nil), goRedisLike(t, rc, track), g}
+	hooked := goRedisLike(t, rc, track)
+	hooked.AddHook(forwardHook{})
+	names := []string{"go-redis (same options)", "control", "go-redis, connections tracked",
+		"go-redis, connections tracked, one hook that calls next", "redisguard"}
+	sides := []redis.UniversalClient{goRedisLike(t, rc, nil), goRedisLike(t, rc, nil), goRedisLike(t, rc, track), hooked, g}
 	ctx := testCtx(t, 10*time.Second)
-	for _, c := range sides[:3] {
+	for _, c := range sides[:4] {
 		t.Cleanup(func() { _ = c.Close() })
 	}
 	for _, c := range sides {
@@ -102,4 +106,18 @@ func processCPU(t *testing.T) time.Duration {
 	var ru syscall.Rusage
 	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// forwardHook is a hook whose process and pipeline steps only call next,
+// each from a frame of its own, as any hook's do.
+type forwardHook struct{}
+
+func (forwardHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (forwardHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, cmd) }
+}
+
+func (forwardHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { return next(ctx, cmds) }
 }
