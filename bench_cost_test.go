@@ -24,13 +24,14 @@ import (
 // go-redis with redisguard's options, the same client whose connections
 // are tracked as a node guard tracks them (connSet.track, without a hang
 // watch), that one with a process hook that only calls next (the least
-// any hook costs: redisguard's floor), and redisguard itself, interleaved as TestBenchScale's cells are
-// (a round runs each client for one timed slice, in a random order). It
+// any hook costs: redisguard's floor), and redisguard itself, interleaved
+// as TestBenchScale's cells are (a round runs each client for one timed
+// slice, in a random order). It
 // reports each client's rate as a ratio to go-redis's, round by round, and
 // the process's CPU time per call (user and system, getrusage), which
 // moves less with the machine's noise than the rates do.
 //
-// REDISGUARD_BENCH_COST=64,512 sets the caller counts (about 20 seconds
+// REDISGUARD_BENCH_COST=64,512 sets the caller counts (about 35 seconds
 // each); REDISGUARD_BENCH_COST_OP=SET measures SET instead of GET.
 func TestBenchCost(t *testing.T) {
 	spec := os.Getenv("REDISGUARD_BENCH_COST")

@@ -64,8 +64,8 @@ type node struct {
 	_   [cacheLine]byte
 
 	// client is the node's ordinary client, whose pool holds its ordinary
-	// operations in flight (stats.go); nil in Sentinel mode, where the
-	// master's client follows the master (sentinelMaster.client).
+	// operations in flight (stats.go); nil for a Sentinel master, whose
+	// client follows the master (sentinelMaster.client).
 	client      atomic.Pointer[redis.Client]
 	long        atomic.Int64 // long operations in progress: blocking calls, the long client's work
 	resolving   atomic.Int32 // Sentinel dials in progress, which ask the sentinels first (hangWatch)

@@ -155,23 +155,15 @@ func (s *nodeSet) stats(sm *sentinelMaster) []NodeStats {
 }
 
 // pooled is the number of operations holding or waiting for a connection
-// of cl's pools: its ordinary operations in flight, each of which takes one
-// connection from go-redis's pool for as long as it runs.
+// of cl's pool: its ordinary operations in flight, commands, pipelines and
+// transactions alike, each of which takes one connection for as long as it
+// runs (its pipelines have no pool of their own: core.options). The pool
+// reads its total and its idle connections one after the other, so a
+// connection returned in between is counted in neither or both.
 func pooled(cl *redis.Client) int64 {
 	if cl == nil {
 		return 0
 	}
 	ps := cl.PoolStats()
-	n := busy(ps.TotalConns, ps.IdleConns, ps.PendingRequests)
-	if p := ps.PipelineStats; p != nil {
-		n += busy(p.TotalConns, p.IdleConns, p.PendingRequests)
-	}
-	return n
-}
-
-// busy is a pool's connections in use plus the requests waiting for one.
-// The pool reads its total and its idle connections one after the other,
-// so a connection returned in between is counted in neither or both.
-func busy(total, idle, pending uint32) int64 {
-	return max(int64(total)-int64(idle), 0) + int64(pending)
+	return max(int64(ps.TotalConns)-int64(ps.IdleConns), 0) + int64(ps.PendingRequests)
 }

@@ -44,10 +44,11 @@ func TestStatsReportsBudgetsAndNodes(t *testing.T) {
 	assert.GreaterOrEqual(t, c.Stats().Nodes[0].Probes, c.Stats().Nodes[0].ProbeFailures+1)
 }
 
-// A node's InFlight counts the commands holding or waiting for one of its
+// A node's InFlight counts the operations holding or waiting for one of its
 // ordinary client's connections, on that node alone: in Cluster mode each
 // node client's, in Sentinel mode the failover client's, charged to the
-// master it dials. A paused node holds a GET; the others show none.
+// master it dials. A paused node holds a GET, a pipeline and a
+// transaction, one each; the others show none.
 func TestStatsCountsInFlightOnItsNode(t *testing.T) {
 	// The hang watch would cut the held GET; it is not what this checks.
 	const hung = time.Minute
@@ -72,10 +73,17 @@ func TestStatsCountsInFlightOnItsNode(t *testing.T) {
 				paused.Resume(t)
 			}
 		}()
-		done := make(chan error, 1)
+		gets := func(p redis.Pipeliner) error {
+			p.Get(ctx, key)
+			p.Get(ctx, key)
+			return nil
+		}
+		done := make(chan error, 3)
 		go func() { done <- c.Get(ctx, key).Err() }()
-		require.Eventually(t, func() bool { return inFlight(c)[addr] == 1 }, 10*time.Second, time.Millisecond,
-			"the held GET on %s: %v", addr, inFlight(c))
+		go func() { _, err := c.Pipelined(ctx, gets); done <- err }()
+		go func() { _, err := c.TxPipelined(ctx, gets); done <- err }()
+		require.Eventually(t, func() bool { return inFlight(c)[addr] == 3 }, 10*time.Second, time.Millisecond,
+			"the held GET, pipeline and transaction on %s: %v", addr, inFlight(c))
 		for a, n := range inFlight(c) {
 			if a != addr {
 				assert.Zero(t, n, "%s holds nothing", a)
@@ -83,7 +91,9 @@ func TestStatsCountsInFlightOnItsNode(t *testing.T) {
 		}
 		paused.Resume(t)
 		resumed = true
-		require.NoError(t, <-done)
+		for range 3 {
+			require.NoError(t, <-done)
+		}
 		assert.Zero(t, inFlight(c)[addr], "answered")
 	}
 
