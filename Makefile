@@ -24,11 +24,11 @@ bench-cost:
 	REDISGUARD_BENCH_COST=64,512 $(GO) test -count=1 -v -run '^TestBenchCost$$' .
 
 # Cost curves beside go-redis: callers, pipeline length, cluster size (3, 6
-# and 12 masters started locally), idle cost and topology refresh. About 37
+# and 12 masters started locally), idle cost and topology refresh. About 50
 # minutes; rewrites the generated section of docs/performance.md and its
 # charts. REDISGUARD_BENCH_SCALE=quick runs a short smoke version.
 bench-scale:
-	REDISGUARD_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestBenchScale$$' .
+	REDISGUARD_BENCH_SCALE=1 $(GO) test -count=1 -v -timeout 90m -run '^TestBenchScale$$' .
 
 # The fault scenarios at full length, without -race, with the issues' strict
 # targets; the README's figures come from here.

@@ -28,7 +28,7 @@ import (
 // callers, pipeline length and cluster size, beside go-redis with its
 // defaults and with redisguard's options, plain and through AutoPipeline.
 // It regenerates the scale section of docs/performance.md and its charts.
-// REDISGUARD_BENCH_SCALE=1 runs it in full (about 35 minutes); =quick runs a
+// REDISGUARD_BENCH_SCALE=1 runs it in full (about 50 minutes); =quick runs a
 // short smoke version that checks the harness and writes nothing.
 //
 // Every cell interleaves the clients, so the shared machine's noise mostly
