@@ -42,7 +42,7 @@ import (
 // A ratio the judge holds to a target rests on p.rounds rounds when it
 // clears the target, or misses it, by two standard errors or more; when it
 // is closer than that, its cell is measured on to p.judgedRounds in all and
-// judged on every round (settle). The rule looks at the distance to the
+// judged on every round (unsettled). The rule looks at the distance to the
 // target, not at which side of it the ratio falls, so it adds no leaning
 // towards a pass: it only narrows the error where the verdict depends on it.
 func TestBenchScale(t *testing.T) {
@@ -78,15 +78,15 @@ type scaleParams struct {
 	// and longer calls, and whose ratios are noisier for it.
 	pipeRounds int
 	// judgedRounds is rounds for a judged ratio that p.rounds leaves
-	// within two standard errors of its target (settle), and always for the
+	// within two standard errors of its target (unsettled), and always for the
 	// pipeline of 100, the length the judge holds to a target: its standard
 	// error with pipeRounds (about 0.009) is half the target's margin below
 	// parity.
 	judgedRounds int
 	slice        time.Duration
 	// calls is calls per side at one caller, alternated, in p.rounds
-	// blocks; a settled ratio takes blocks of the same size up to
-	// p.judgedRounds.
+	// blocks; a cell measured on takes more blocks of the same size, up
+	// to p.judgedRounds.
 	calls   int
 	masters []int // cluster sizes measured after standalone
 }
