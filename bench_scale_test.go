@@ -91,6 +91,9 @@ type scaleParams struct {
 	masters []int // cluster sizes measured after standalone
 }
 
+// blockCalls is how many calls per side a block holds at one caller.
+func (p scaleParams) blockCalls() int { return max(p.calls/p.rounds, 1) }
+
 var (
 	scaleCallers   = []int{1, 8, 64, 512}
 	scalePipelines = []int{1, 10, 100, 1000}
@@ -131,6 +134,7 @@ type scaleCell struct {
 	p50, p99           [numSides]time.Duration
 	ratio, ratioSE     float64 // redisguard / go-redis (same options: both identical clients), and its standard error
 	rounds, apRounds   int     // what ratio and apRatio rest on: rounds, or blocks at one caller
+	target, apTarget   float64 // what the judge holds ratio and apRatio to; 0 for none
 	control            float64 // control / go-redis (same options)
 	vsDefaults         float64 // redisguard / go-redis (defaults)
 	apRatio, apSE      float64 // AutoPipeline redisguard / AutoPipeline go-redis (same options); NaN if not run
@@ -287,38 +291,35 @@ var (
 	apSides    = []int{sideAPDefaults, sideAPStock, sideAPGuard}
 )
 
-// sideGroup is sides measured together, and the ratio among them that the
-// judge holds to a target, if any.
-type sideGroup struct {
-	sides  []int
-	judged *judgedRatio
+// sideRatio is side's rate ÷ refs' (sideRates.ratio).
+type sideRatio struct {
+	side int
+	refs []int
 }
 
-// judgedRatio is side's rate ÷ refs' (sideRates.ratio), which the judge
-// holds to at least target.
-type judgedRatio struct {
-	side   int
-	refs   []int
+// The ratios a cell reports: redisguard against the two go-redis clients
+// with its options, plain and through AutoPipeline.
+var (
+	guardRatio   = sideRatio{side: sideGuard, refs: []int{sideStock, sideControl}}
+	apGuardRatio = sideRatio{side: sideAPGuard, refs: []int{sideAPStock}}
+)
+
+// sideGroup is sides measured together, and the ratio among them that the
+// judge holds to target, if target is not 0.
+type sideGroup struct {
+	sides  []int
+	ratio  sideRatio
 	target float64
 }
 
-// plainGroup is the plain sides, redisguard held to target against the two
-// go-redis clients with its options; target 0 holds it to none.
+// plainGroup is the plain sides, guardRatio held to target.
 func plainGroup(target float64) sideGroup {
-	g := sideGroup{sides: plainSides}
-	if target > 0 {
-		g.judged = &judgedRatio{side: sideGuard, refs: []int{sideStock, sideControl}, target: target}
-	}
-	return g
+	return sideGroup{sides: plainSides, ratio: guardRatio, target: target}
 }
 
-// apGroup is plainGroup for the AutoPipeline sides.
+// apGroup is the AutoPipeline sides, apGuardRatio held to target.
 func apGroup(target float64) sideGroup {
-	g := sideGroup{sides: apSides}
-	if target > 0 {
-		g.judged = &judgedRatio{side: sideAPGuard, refs: []int{sideAPStock}, target: target}
-	}
-	return g
+	return sideGroup{sides: apSides, ratio: apGuardRatio, target: target}
 }
 
 // unsettled reports whether a ratio estimated at est ± se is too close to
@@ -346,22 +347,28 @@ func measureCell(t *testing.T, p scaleParams, tg *scaleTarget, groups []sideGrou
 			m.slices(t, p, tg, sides, op, pool, rng, rounds)
 		}
 	}
+	var c scaleCell
 	for _, g := range groups {
 		measure(g.sides, p.rounds)
-		if j := g.judged; j != nil && p.rounds < p.judgedRounds {
-			if est, se := m.ratio(j.side, j.refs...); unsettled(est, se, j.target) {
+		if g.target > 0 && p.rounds < p.judgedRounds {
+			if est, se := m.ratio(g.ratio.side, g.ratio.refs...); unsettled(est, se, g.target) {
 				t.Logf("%s, callers=%d: %s %s is within two standard errors of %.2f after %d rounds; measuring to %d",
-					tg.name, callers, sideNames[j.side], withSE(est, se), j.target, p.rounds, p.judgedRounds)
+					tg.name, callers, sideNames[g.ratio.side], withSE(est, se), g.target, p.rounds, p.judgedRounds)
 				measure(g.sides, p.judgedRounds-p.rounds)
 			}
 		}
+		switch g.ratio.side {
+		case guardRatio.side:
+			c.target = g.target
+		case apGuardRatio.side:
+			c.apTarget = g.target
+		}
 	}
-	var c scaleCell
 	c.rounds, c.apRounds = len(m.rates[sideGuard]), len(m.rates[sideAPGuard])
-	c.ratio, c.ratioSE = m.ratio(sideGuard, sideStock, sideControl)
+	c.ratio, c.ratioSE = m.ratio(guardRatio.side, guardRatio.refs...)
 	c.control, _ = m.ratio(sideControl, sideStock)
 	c.vsDefaults, _ = m.ratio(sideGuard, sideDefaults)
-	c.apRatio, c.apSE = m.ratio(sideAPGuard, sideAPStock)
+	c.apRatio, c.apSE = m.ratio(apGuardRatio.side, apGuardRatio.refs...)
 	c.apVsDefaults, _ = m.ratio(sideAPGuard, sideAPDefaults)
 	for s := range numSides {
 		c.rate[s] = math.NaN()
@@ -404,7 +411,7 @@ func (m *sideRates) slices(t *testing.T, p scaleParams, tg *scaleTarget, group [
 // the inverse of its mean call time.
 func (m *sideRates) alternate(t *testing.T, p scaleParams, tg *scaleTarget, group []int, op func(context.Context, redis.Cmdable) error, rng *rand.Rand, rounds int) {
 	ctx := context.Background()
-	turns := max(p.calls/p.rounds, 1)
+	turns := p.blockCalls()
 	seq := slices.Clone(group)
 	runtime.GC()
 	for range rounds {
@@ -726,21 +733,21 @@ func measureRefresh(t *testing.T, cfg Config, masters int) refreshCost {
 		allocs: float64(ms1.Mallocs-ms0.Mallocs) / fetches, ranges: len(g.topo.slotMap().Slots())}
 }
 
-// judge applies issue targets to the run: single commands and pipelines of
-// 100 at ≥ callTarget of go-redis with the same options, AutoPipeline GET at
-// ≥ apTarget.
+// judge holds each cell's ratios to the targets it was measured for
+// (measureTopology: single commands and pipelines of 100 at callTarget of
+// go-redis with the same options, AutoPipeline GET at apTarget).
 func (r *scaleReport) judge(fail func(format string, args ...any)) {
 	for _, c := range r.calls {
-		if c.ratio < callTarget {
-			fail("%s %s at %d callers: redisguard/go-redis %s < %.2f on %d rounds (control %.3f)", c.topology, c.workload, c.n, withSE(c.ratio, c.ratioSE), callTarget, c.rounds, c.control)
+		if c.ratio < c.target {
+			fail("%s %s at %d callers: redisguard/go-redis %s < %.2f on %d rounds (control %.3f)", c.topology, c.workload, c.n, withSE(c.ratio, c.ratioSE), c.target, c.rounds, c.control)
 		}
-		if c.workload == "GET" && c.apRatio < apTarget {
-			fail("%s AutoPipeline GET at %d callers: redisguard/go-redis %s < %.2f on %d rounds", c.topology, c.n, withSE(c.apRatio, c.apSE), apTarget, c.apRounds)
+		if c.apRatio < c.apTarget {
+			fail("%s AutoPipeline %s at %d callers: redisguard/go-redis %s < %.2f on %d rounds", c.topology, c.workload, c.n, withSE(c.apRatio, c.apSE), c.apTarget, c.apRounds)
 		}
 	}
 	for _, c := range r.pipes {
-		if c.n == judgedPipeline && c.ratio < callTarget {
-			fail("%s pipeline of 100: redisguard/go-redis %s < %.2f on %d rounds (control %.3f)", c.topology, withSE(c.ratio, c.ratioSE), callTarget, c.rounds, c.control)
+		if c.ratio < c.target {
+			fail("%s pipeline of %d: redisguard/go-redis %s < %.2f on %d rounds (control %.3f)", c.topology, c.n, withSE(c.ratio, c.ratioSE), c.target, c.rounds, c.control)
 		}
 	}
 	for _, c := range r.idle {
@@ -788,7 +795,7 @@ func (r *scaleReport) markdown() string {
 	var b strings.Builder
 	p := r.params
 	fmt.Fprintf(&b, "\nRun of %s: `make bench-scale`, %d rounds of %v slices per cell (at one caller, %d blocks of %d calls per client, alternated), %d per pipeline cell and %d for the pipelines of %d; a judged ratio that came within two standard errors of its target on %d rounds was measured on to %d and judged on all of them (its rounds are given beside it); %v in all; GOMAXPROCS %d, %s/%s, %s, load average at the end %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), p.rounds, p.slice, p.rounds, max(p.calls/p.rounds, 1), p.pipeRounds, p.judgedRounds, judgedPipeline,
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), p.rounds, p.slice, p.rounds, p.blockCalls(), p.pipeRounds, p.judgedRounds, judgedPipeline,
 		p.rounds, p.judgedRounds, r.took.Round(time.Second), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage())
 	b.WriteString("![GET throughput by callers](scale-throughput.svg)\n![ratio to go-redis by callers](scale-ratio.svg)\n![pipelines](scale-pipeline.svg)\n\n")
 

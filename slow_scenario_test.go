@@ -311,14 +311,14 @@ func TestScenarioSlowMasterReadsMoveToReplica(t *testing.T) {
 	}
 	t.Logf("marked %v after the slowdown began", time.Since(slowedAt).Round(10*time.Millisecond))
 	before := getCalls(t, replica)
-	// The window ends within the mark's first term, DefaultSlowNodeEjection
+	// The window ends within the mark's first term, SlowNodeEjection
 	// from the mark, which the loop above sees within a quarter second:
 	// when the term ends, the master, still slow, takes its reads again
 	// until it is marked anew (Config.SlowNodeEjection), and those reads
 	// are not this promise's.
 	window := 3 * time.Second
 	if scenarioFull() {
-		window = DefaultSlowNodeEjection - time.Second
+		window = guard.cfg.SlowNodeEjection - time.Second
 	}
 	l := runSlowLoad(guard, slowKey, healthyKeys, window)
 	served := getCalls(t, replica) - before
