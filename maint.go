@@ -22,8 +22,9 @@ import (
 // hands off after it (PostHandoffRelaxedDuration). go-redis relaxes those
 // connections' timeouts for that time; the guards treat the node's waits
 // then as the maintenance's, not the node's: the hang watch does not judge
-// its silence, the slow-node detector does not sample it, and its
-// timeouts are neutral to its breaker.
+// its silence, the slow-node detector neither samples nor marks it, a mark
+// it carries limits none of its callers, and its timeouts are neutral to
+// its breaker.
 //
 // The zero value has no window. Announcements are rare: they take mu;
 // the guards read the window from an immutable snapshot.

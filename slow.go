@@ -100,7 +100,14 @@ func (s *slowNodes) evaluate(nodes *nodeSet, now time.Time) {
 	list := make([]outlier.Node, 0, len(all))
 	byAddr := make(map[string]*node, len(all))
 	for _, n := range all {
-		list = append(list, outlier.Node{ID: n.addr, Group: shards.Shard(n.addr), Latency: &n.lat, Out: n.out()})
+		lat := &n.lat
+		if _, at, _, _ := lat.Estimate(); n.maint.overlaps(at, now) {
+			// Under an announced maintenance, or not measured since one:
+			// its estimate predates the maintenance and says nothing of
+			// the node now. It is judged again once measured after it.
+			lat = nil
+		}
+		list = append(list, outlier.Node{ID: n.addr, Group: shards.Shard(n.addr), Latency: lat, Out: n.out()})
 		byAddr[n.addr] = n
 	}
 	for _, ch := range s.det.Evaluate(now, list) {
@@ -137,9 +144,17 @@ func (s *slowNodes) limit(lat, peers time.Duration) int {
 
 // admit decides whether a command may wait on n, which is marked slow, and
 // counts it among those waiting if so; the caller ends the count with
-// n.slowWaiting.Add(-1). It is off the hot path: only marked nodes get here.
+// n.slowWaiting.Add(-1). Under an announced maintenance every command may.
+// It is off the hot path: only marked nodes get here.
 func (s *slowNodes) admit(ctx context.Context, n *node) error {
-	if n.slowWaiting.Add(1) > n.slowLimit.Load() {
+	waiting := n.slowWaiting.Add(1)
+	if n.maint.active(s.k.clock.Now()) {
+		// An announced maintenance: go-redis has relaxed the node's
+		// timeouts for waits it expects, and they are the maintenance's,
+		// not the node's. Every command waits, as with go-redis alone.
+		return nil
+	}
+	if waiting > n.slowLimit.Load() {
 		n.slowWaiting.Add(-1)
 		return n.slowRefused
 	}

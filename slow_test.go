@@ -160,6 +160,50 @@ func TestSlowNodeNotMarkedBesideASilentNode(t *testing.T) {
 	assert.True(t, a.slow.Load(), "not marked once its peer answers again")
 }
 
+// An announced maintenance makes a node's waits the maintenance's: a node
+// that looked slow just before it is not marked on that old estimate while
+// the window is open, nor after it until it is measured slow anew; and a
+// node marked already refuses none of its callers while the window is open.
+func TestSlowNodeUnderAnnouncedMaintenance(t *testing.T) {
+	f := newSlowFixture(t, Config{MaxConnections: 40})
+	a, _ := f.nodes.lookup("a:1")
+	f.run(2*time.Second, nil)
+
+	// Slow for part of SlowNodeMarkAfter, then the maintenance, in which a
+	// answers 800ms late: those waits are not sampled.
+	f.run(DefaultSlowNodeMarkAfter*6/10, map[string]time.Duration{"a:1": 80 * time.Millisecond})
+	conn := new(int)
+	a.maint.begin(conn, f.clk.Now(), 6*time.Second)
+	f.run(3*time.Second, map[string]time.Duration{"a:1": 800 * time.Millisecond})
+	assert.False(t, a.slow.Load(), "marked during a maintenance, on its estimate from before it")
+	a.maint.end(conn, f.clk.Now())
+	f.run(3*time.Second, nil)
+	assert.False(t, a.slow.Load(), "marked after the maintenance, answering as fast as its peers")
+	assert.NotContains(t, f.kinds(), EventNodeSlow)
+
+	// Slow anew after it: a full SlowNodeMarkAfter of its own.
+	slowA := map[string]time.Duration{"a:1": 80 * time.Millisecond}
+	f.run(DefaultSlowNodeMarkAfter*6/10, slowA)
+	assert.False(t, a.slow.Load(), "the slow streak before the maintenance counted toward a new mark")
+	f.run(2*time.Second, slowA)
+	require.True(t, a.slow.Load(), "slow for SlowNodeMarkAfter after the maintenance, and not marked")
+
+	// Marked, at its limit, with a deadline shorter than its latency: the
+	// maintenance lets the caller wait all the same, and only while it is
+	// open.
+	ctx, cancel := context.WithDeadline(context.Background(), f.clk.Now().Add(10*time.Millisecond))
+	defer cancel()
+	a.slowWaiting.Store(a.slowLimit.Load())
+	require.ErrorIs(t, f.nodes.slow.admit(ctx, a), ErrNodeSlow)
+	a.maint.begin(conn, f.clk.Now(), 6*time.Second)
+	assert.NoError(t, f.nodes.slow.admit(ctx, a), "refused during an announced maintenance")
+	assert.Equal(t, a.slowLimit.Load()+1, a.slowWaiting.Load(), "an admitted caller is counted")
+	a.slowWaiting.Add(-1)
+	a.maint.end(conn, f.clk.Now())
+	assert.ErrorIs(t, f.nodes.slow.admit(ctx, a), ErrNodeSlow, "the limit is back once the maintenance ends")
+	a.slowWaiting.Store(0)
+}
+
 func TestSlowNodeMarkingOff(t *testing.T) {
 	f := newSlowFixture(t, Config{SlowNodeFactor: 4})
 	assert.NotNil(t, f.nodes.slow)

@@ -91,7 +91,10 @@ type Node struct {
 	ID string
 	// Group is the node's shard: at most one node of a group is marked at
 	// a time. An empty Group is a group of its own.
-	Group   string
+	Group string
+	// Latency is the node's estimate; nil when it has none that says how
+	// the node answers now. A node without one is not judged, is no peer,
+	// and its slow streak starts over.
 	Latency *Latency
 	// Out says the node serves nothing now (its breaker is open): it is
 	// not marked, and it counts with the marked toward the half of the
@@ -229,7 +232,13 @@ func (d *Detector) Evaluate(now time.Time, nodes []Node) []Change {
 		if j.peer {
 			others--
 		}
-		if !j.fresh || others < MinPeers {
+		if !j.fresh {
+			// Its estimate is not current: a slow streak needs one that
+			// is, and starts over once the node is measured again.
+			j.st.slowSince = time.Time{}
+			continue
+		}
+		if others < MinPeers {
 			continue
 		}
 		j.judged = true

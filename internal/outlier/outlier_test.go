@@ -353,6 +353,27 @@ func TestLatencyReset(t *testing.T) {
 	assert.Less(t, d, 2*time.Millisecond)
 }
 
+// A node with no current estimate (none given, or none recent) is not
+// judged, and the slow streak it had starts over: it is marked only after
+// MarkAfter of slowness measured after the gap.
+func TestDetectorRestartsTheStreakAfterAGap(t *testing.T) {
+	c := newCluster(t, Settings{}, "a", "a", "b", "b", "c", "c")
+	require.Empty(t, c.run(2*time.Second))
+	c.lat["n2"] = 50 * time.Millisecond
+	require.Empty(t, c.run(DefaultMarkAfter*3/4))
+
+	lat := c.nodes[2].Latency
+	c.nodes[2].Latency, c.lat["n2"] = nil, 0
+	assert.Empty(t, c.run(DefaultMarkAfter), "marked without an estimate")
+
+	c.nodes[2].Latency, c.lat["n2"] = lat, 50*time.Millisecond
+	assert.Empty(t, c.run(DefaultMarkAfter/2), "the streak before the gap counted")
+	ch := c.run(DefaultMarkAfter + 2*Decay)
+	require.Len(t, ch, 1, "slow for MarkAfter after the gap, and not marked")
+	assert.Equal(t, "n2", ch[0].ID)
+	assert.True(t, ch[0].Marked)
+}
+
 // When every node turns slow, the first measured is not judged against
 // peers whose estimates predate the slowdown.
 func TestDetectorIgnoresStalePeers(t *testing.T) {
